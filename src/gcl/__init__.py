@@ -1,0 +1,1 @@
+"""General continual learning: CoCa and its baselines, reproduced as a DVC pipeline."""

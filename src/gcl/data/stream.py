@@ -1,0 +1,31 @@
+"""The stream a training run consumes: a pool of images and the order and batches it is shown in."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Stream:
+    """`images[order[bounds[s]:bounds[s+1]]]` is the s-th stream batch.
+
+    `eval_after` lists the steps after which the evaluator measures accuracy (segment or task ends);
+    `task_ends` lists, for benchmarks with tasks, the last step of each task. Neither is ever shown
+    to a general-continual method: only the training loop reads them.
+    """
+
+    images: torch.Tensor        # uint8 (N, C, H, W): the pool, non-augmented
+    labels: torch.Tensor        # int64 (N,)
+    order: torch.Tensor         # int64 (S,): indices into the pool in presentation order
+    bounds: list[int]           # len = steps + 1, offsets into `order`
+    eval_after: list[int]       # step indices (0-based)
+    task_ends: list[int]        # step indices (0-based); empty for general-continual benchmarks
+
+    @property
+    def steps(self) -> int:
+        return len(self.bounds) - 1
+
+    @property
+    def n_samples(self) -> int:
+        return self.bounds[-1]

@@ -1,0 +1,66 @@
+"""Accuracy per evaluation group (a task, or a digit on MNIST-360), Class-IL and Task-IL, and forgetting."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+
+def mask_to_classes(logits: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+    """A copy of `logits` with every class outside [lo, hi) (per row) set to -inf; the input is untouched."""
+    classes = torch.arange(logits.shape[1], device=logits.device)
+    inside = (classes[None, :] >= lo[:, None]) & (classes[None, :] < hi[:, None])
+    return logits.masked_fill(~inside, float("-inf"))
+
+
+class Evaluator:
+    """Holds the evaluation set on the device and scores a predictor on every group in one pass."""
+
+    def __init__(self, bench: dict, transform: Callable, device: torch.device, batch: int = 1024):
+        self.x = bench["test_x"].to(device)
+        self.y = bench["test_y"].to(device)
+        self.group = bench["test_group"].to(device)
+        self.n_groups = len(bench["group_names"])
+        self.counts = torch.bincount(self.group, minlength=self.n_groups).double()
+        self.transform = transform
+        self.batch = batch
+        # Task-IL needs each group's class range; only benchmarks with tasks have one
+        self.task_classes = None
+        if bench["n_tasks"]:
+            c = bench["classes_per_task"]
+            self.task_classes = (self.group * c, self.group * c + c)
+
+    @torch.no_grad()
+    def __call__(self, predict: Callable[[torch.Tensor], torch.Tensor]) -> dict:
+        correct_cil = torch.zeros(self.n_groups, dtype=torch.float64, device=self.x.device)
+        correct_til = torch.zeros_like(correct_cil)
+        for lo in range(0, len(self.x), self.batch):
+            sl = slice(lo, lo + self.batch)
+            logits = predict(self.transform(self.x[sl]))
+            group = self.group[sl]
+            correct_cil += torch.bincount(group, weights=(logits.argmax(1) == self.y[sl]).double(),
+                                          minlength=self.n_groups)
+            if self.task_classes is not None:
+                masked = mask_to_classes(logits, self.task_classes[0][sl], self.task_classes[1][sl])
+                correct_til += torch.bincount(group, weights=(masked.argmax(1) == self.y[sl]).double(),
+                                              minlength=self.n_groups)
+        counts = self.counts.to(correct_cil.device)
+        result = {
+            "class_il": (100.0 * correct_cil / counts).tolist(),
+            "overall": float(100.0 * correct_cil.sum() / counts.sum()),
+        }
+        if self.task_classes is not None:
+            result["task_il"] = (100.0 * correct_til / counts).tolist()
+        return result
+
+
+def forgetting(matrix: list[list[float]], first_row: list[int]) -> float | None:
+    """Mean over groups of (best earlier accuracy - final accuracy).
+
+    `matrix[l][g]` is group g's accuracy at evaluation l; `first_row[g]` is the first evaluation at
+    which group g had been trained on. Groups with no earlier evaluation are left out.
+    """
+    last = len(matrix) - 1
+    drops = [max(matrix[l][g] for l in range(first_row[g], last)) - matrix[last][g]
+             for g in range(len(first_row)) if first_row[g] < last]
+    return sum(drops) / len(drops) if drops else None

@@ -1,0 +1,21 @@
+"""Experience Replay with a reservoir buffer: one cross-entropy over the stream batch and a replayed batch."""
+import torch
+import torch.nn.functional as F
+
+from gcl.methods.base import Method, register, required
+
+
+@register
+class ER(Method):
+    name = "er"
+    uses_buffer = True
+    hparams = {**Method.hparams, "replay_batch": required(int)}
+
+    def observe(self, x, y, x_raw):
+        inputs, labels = x, y
+        if not self.buffer.is_empty():
+            buf_x, buf_y = self.replay_batch(self.cfg["replay_batch"], "labels")
+            inputs, labels = torch.cat([x, buf_x]), torch.cat([y, buf_y])
+        loss = self.sgd_step(F.cross_entropy(self.net(inputs), labels))
+        self.buffer.add(examples=x_raw, labels=y)
+        return loss

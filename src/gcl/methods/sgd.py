@@ -1,0 +1,12 @@
+"""SGD: fine-tune on the stream with no defence against forgetting (the lower bound)."""
+import torch.nn.functional as F
+
+from gcl.methods.base import Method, register
+
+
+@register
+class SGD(Method):
+    name = "sgd"
+
+    def observe(self, x, y, x_raw):
+        return self.sgd_step(F.cross_entropy(self.net(x), y))

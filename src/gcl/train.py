@@ -1,0 +1,129 @@
+"""The stream loop: one run of one method on one benchmark with one seed."""
+from __future__ import annotations
+
+import random
+import time
+
+import numpy as np
+import torch
+
+from gcl.backbones import build_backbone
+from gcl.data.benchmarks import kind_of
+from gcl.evaluate import Evaluator, forgetting
+from gcl.methods import METHODS, MethodContext
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("params.yaml asks for device: cuda, but no CUDA device is visible; use device: auto or cpu")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed every global RNG and return the run's own CPU generator (stream order, buffer decisions)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+class Timer:
+    """Wall time of the training steps only; synchronises CUDA just when it is read or paused."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.total = 0.0
+        self.started = None
+
+    def _sync(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def start(self):
+        self._sync()
+        self.started = time.perf_counter()
+
+    def stop(self):
+        self._sync()
+        self.total += time.perf_counter() - self.started
+
+
+def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: torch.device) -> dict:
+    """Train `run_cfg`'s method over the benchmark stream and return this seed's metrics."""
+    kind = kind_of(bench_cfg)
+    generator = seed_everything(seed)
+    stream = kind.stream(bench, bench_cfg, run_cfg["batch"], generator)
+    net = build_backbone(bench_cfg["backbone"], bench["input_shape"], bench["n_classes"]).to(device)
+    ctx = MethodContext(device=device, n_classes=bench["n_classes"], train_transform=kind.train_transform,
+                        generator=generator, epochs=bench_cfg["epochs"])
+    method = METHODS[run_cfg["method"]](net, run_cfg, ctx)
+    tell_boundaries = method.needs_boundaries and kind.has_tasks
+    evaluate = Evaluator(bench, kind.test_transform, device)
+
+    pool, labels = stream.images.to(device), stream.labels.to(device)
+    order, bounds = stream.order.to(device), stream.bounds
+    eval_after, task_ends = set(stream.eval_after), stream.task_ends
+    rows, loss_curve = [], []
+    loss_sum, loss_steps = torch.zeros((), device=device), 0
+    task = 0
+    timer = Timer(device)
+
+    def evaluate_now():
+        net.eval()
+        rows.append(evaluate(method.predict))
+        net.train()
+
+    net.train()
+    timer.start()
+    if tell_boundaries:
+        method.begin_task(0)
+    for step in range(stream.steps):
+        idx = order[bounds[step]:bounds[step + 1]]
+        x_raw, y = pool[idx], labels[idx]
+        loss_sum += method.observe(kind.train_transform(x_raw), y, x_raw)
+        loss_steps += 1
+        if tell_boundaries and step == task_ends[task]:
+            method.end_task(task)
+            task += 1
+            if task < len(task_ends):
+                method.begin_task(task)
+        if step in eval_after and not method.offline:
+            timer.stop()
+            loss_curve.append(float(loss_sum) / max(loss_steps, 1))
+            loss_sum.zero_()
+            loss_steps = 0
+            evaluate_now()
+            timer.start()
+    method.finish()
+    timer.stop()
+    if method.offline or not rows:
+        evaluate_now()
+    return summarise(rows, loss_curve, kind.has_tasks, stream, timer.total)
+
+
+def summarise(rows: list[dict], loss_curve: list[float], has_tasks: bool, stream, seconds: float) -> dict:
+    matrix = [r["class_il"] for r in rows]
+    final = rows[-1]
+    n_groups = len(matrix[-1])
+    if has_tasks:
+        class_il = sum(final["class_il"]) / n_groups
+        task_il = sum(final["task_il"]) / n_groups
+        first_row = list(range(n_groups)) if len(rows) == n_groups else [len(rows) - 1] * n_groups
+    else:  # one evaluation set (MNIST-360): accuracy over all of it
+        class_il, task_il = final["overall"], None
+        first_row = [0] * n_groups
+    return {
+        "class_il": class_il,
+        "task_il": task_il,
+        "acc_matrix": matrix,
+        "task_il_matrix": [r["task_il"] for r in rows] if has_tasks else None,
+        "curve": [r["overall"] for r in rows],
+        "loss_curve": loss_curve,
+        "forgetting": forgetting(matrix, first_row),
+        "steps": stream.steps,
+        "samples": stream.n_samples,
+        "train_seconds": seconds,
+        "samples_per_second": stream.n_samples / seconds if seconds > 0 else None,
+    }
