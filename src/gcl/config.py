@@ -73,9 +73,7 @@ def validate(params: dict) -> None:
     for name, b in params["benchmarks"].items():
         _validate_benchmark(name, b, params["sources"])
     for name, m in params["methods"].items():
-        if name not in METHODS:
-            raise ParamsError(f"methods.{name}: unknown method; known methods: {sorted(METHODS)}")
-        _check_keys(f"methods.{name}", m or {}, METHODS[name].hparams)
+        _check_keys(f"methods.{name}", m or {}, set(METHODS[algorithm_of(params, name)].hparams) | {"base"})
     cells = {}
     for key, run in params["runs"].items():
         resolved = resolve_run(params, key)
@@ -118,16 +116,17 @@ def resolve_run(params: dict, key: str) -> dict:
     method_name, bench_name = run["method"], run["benchmark"]
     if bench_name not in params["benchmarks"]:
         raise ParamsError(f"{where}.benchmark: unknown benchmark {bench_name!r}; defined: {sorted(params['benchmarks'])}")
-    if method_name not in METHODS:
-        raise ParamsError(f"{where}.method: unknown method {method_name!r}; known methods: {sorted(METHODS)}")
     if method_name not in params["methods"]:
-        raise ParamsError(f"{where}.method: {method_name!r} has no block under methods: add `methods.{method_name}: {{}}`")
-    cls = METHODS[method_name]
+        raise ParamsError(f"{where}.method: {method_name!r} has no block under methods; defined: "
+                          f"{sorted(params['methods'])} (a registered method needs `methods.{method_name}: {{}}`)")
+    algorithm = algorithm_of(params, method_name)
+    cls = METHODS[algorithm]
     spec: dict[str, Hparam] = cls.hparams
     _check_keys(where, run, set(spec) | RUN_KEYS)
     merged = {k: h.default for k, h in spec.items() if not h.required}
-    merged.update(params["methods"][method_name] or {})
+    merged.update({k: v for k, v in (params["methods"][method_name] or {}).items() if k != "base"})
     merged.update(run)
+    merged["algorithm"] = algorithm
     for k, h in spec.items():
         if k not in merged:
             raise ParamsError(f"{where} lacks the hyperparameter {k!r} that method {method_name!r} needs "
@@ -144,6 +143,17 @@ def resolve_run(params: dict, key: str) -> dict:
         raise ParamsError(f"{where}: method {method_name!r} needs task boundaries, and benchmark {bench_name!r} "
                           "has none (general continual); drop this run")
     return merged
+
+
+def algorithm_of(params: dict, method_name: str) -> str:
+    """The registered method behind a name under `methods`: the name itself, or the `base` of a variant
+    (CoCa's ablations are variants of one class, e.g. `coca-ckd: {base: coca, pt: false, scl: false}`)."""
+    block = params["methods"].get(method_name) or {}
+    algorithm = block.get("base", method_name)
+    if algorithm not in METHODS:
+        what = f"methods.{method_name}.base" if "base" in block else f"methods.{method_name}"
+        raise ParamsError(f"{what}: unknown method {algorithm!r}; known methods: {sorted(METHODS)}")
+    return algorithm
 
 
 def cell_dir(run_cfg: dict) -> Path:

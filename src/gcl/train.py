@@ -53,14 +53,15 @@ class Timer:
 def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: torch.device) -> dict:
     """Train `run_cfg`'s method over the benchmark stream and return this seed's metrics."""
     kind = kind_of(bench_cfg)
+    train_transform, test_transform = kind.transforms(bench)
     generator = seed_everything(seed)
     stream = kind.stream(bench, bench_cfg, run_cfg["batch"], generator)
     net = build_backbone(bench_cfg["backbone"], bench["input_shape"], bench["n_classes"]).to(device)
-    ctx = MethodContext(device=device, n_classes=bench["n_classes"], train_transform=kind.train_transform,
+    ctx = MethodContext(device=device, n_classes=bench["n_classes"], train_transform=train_transform,
                         generator=generator, epochs=bench_cfg["epochs"])
-    method = METHODS[run_cfg["method"]](net, run_cfg, ctx)
+    method = METHODS[run_cfg["algorithm"]](net, run_cfg, ctx)
     tell_boundaries = method.needs_boundaries and kind.has_tasks
-    evaluate = Evaluator(bench, kind.test_transform, device)
+    evaluate = Evaluator(bench, test_transform, device)
 
     pool, labels = stream.images.to(device), stream.labels.to(device)
     order, bounds = stream.order.to(device), stream.bounds
@@ -82,7 +83,7 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
     for step in range(stream.steps):
         idx = order[bounds[step]:bounds[step + 1]]
         x_raw, y = pool[idx], labels[idx]
-        loss_sum += method.observe(kind.train_transform(x_raw), y, x_raw)
+        loss_sum += method.observe(train_transform(x_raw), y, x_raw)
         loss_steps += 1
         if tell_boundaries and step == task_ends[task]:
             method.end_task(task)

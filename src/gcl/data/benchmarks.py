@@ -21,8 +21,8 @@ class BenchmarkError(RuntimeError):
 class BenchmarkKind:
     build: Callable[[dict, dict], dict]                       # (source tensors, cfg) -> benchmark dict
     stream: Callable[[dict, dict, int, torch.Generator], Stream]   # (bench, cfg, batch, gen) -> Stream
-    train_transform: Callable[[torch.Tensor], torch.Tensor]    # uint8 batch -> network input
-    test_transform: Callable[[torch.Tensor], torch.Tensor]
+    # bench -> (train transform, test transform), each a batched uint8 -> network input map on the device
+    transforms: Callable[[dict], tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]]
     has_tasks: bool
 
 
@@ -30,8 +30,7 @@ KINDS: dict[str, BenchmarkKind] = {
     "mnist-360": BenchmarkKind(
         build=lambda source, cfg: mnist360.build_benchmark(source, float(cfg.get("validation_fraction", 0.0))),
         stream=lambda bench, cfg, batch, gen: mnist360.build_stream(bench, batch, gen, cfg.get("draw", "without-replacement")),
-        train_transform=to_unit_float,
-        test_transform=to_unit_float,
+        transforms=lambda bench: (to_unit_float, to_unit_float),
         has_tasks=False,
     ),
 }
