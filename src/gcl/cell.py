@@ -1,7 +1,13 @@
-"""One table cell: run every seed (reusing seeds finished by an interrupted attempt) and aggregate."""
+"""One table cell: run every seed and aggregate.
+
+Each finished seed is saved under .gcl-progress/ with a fingerprint of its settings and of the
+library's code, so a cell that was interrupted resumes with the seeds it had finished; the folder
+is removed once the cell's metrics.json is written.
+"""
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 from pathlib import Path
 
@@ -52,4 +58,6 @@ def train_cell(params: dict, key: str) -> Path:
         "mean": {m: v[0] for m, v in stats.items()},
         "std": {m: v[1] for m, v in stats.items()},
     })
+    # the cell is complete: a later forced run must train again, not reuse these seeds
+    shutil.rmtree(PROGRESS_DIR / key, ignore_errors=True)
     return out

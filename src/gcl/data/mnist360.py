@@ -137,4 +137,4 @@ def build_stream(bench: dict, batch_size: int, generator: torch.Generator,
     images = rotate(bench["train_x"][pool_idx_t], torch.from_numpy(np.concatenate(angles)))
     return Stream(images=images, labels=bench["train_y"][pool_idx_t],
                   order=torch.arange(len(pool_idx_t)), bounds=bounds,
-                  eval_after=eval_after, task_ends=[])
+                  eval_after=eval_after, task_ends=[], origin=pool_idx_t)

@@ -21,6 +21,7 @@ class Stream:
     bounds: list[int]           # len = steps + 1, offsets into `order`
     eval_after: list[int]       # step indices (0-based)
     task_ends: list[int]        # step indices (0-based); empty for general-continual benchmarks
+    origin: torch.Tensor | None = None   # for each pool image, its index in the benchmark's training set
 
     @property
     def steps(self) -> int:

@@ -1,0 +1,76 @@
+"""The training loop: determinism, boundaries hidden from general-continual methods, metrics shape."""
+import torch
+import torch.nn.functional as F
+
+from gcl.methods.base import METHODS, Method, register
+from gcl.train import run_seed
+
+CPU = torch.device("cpu")
+
+
+def er_cfg(**kw):
+    cfg = {"benchmark": "mnist-360", "method": "er", "algorithm": "er", "buffer": 50, "lr": 0.1,
+           "batch": 4, "replay_batch": 8}
+    cfg.update(kw)
+    return cfg
+
+
+def test_same_seed_same_numbers(tiny_mnist360):
+    bench, cfg = tiny_mnist360
+    a = run_seed(bench, cfg, er_cfg(), 0, CPU)
+    b = run_seed(bench, cfg, er_cfg(), 0, CPU)
+    c = run_seed(bench, cfg, er_cfg(), 1, CPU)
+    assert a["acc_matrix"] == b["acc_matrix"] and a["loss_curve"] == b["loss_curve"]
+    assert a["loss_curve"] != c["loss_curve"]
+
+
+def test_metrics_shape_on_mnist360(tiny_mnist360):
+    bench, cfg = tiny_mnist360
+    r = run_seed(bench, cfg, er_cfg(), 0, CPU)
+    assert len(r["acc_matrix"]) == 27 and all(len(row) == 9 for row in r["acc_matrix"])
+    assert r["task_il"] is None and r["task_il_matrix"] is None
+    assert 0.0 <= r["class_il"] <= 100.0 and r["class_il"] == r["curve"][-1]
+    assert 0 < r["samples"] <= sum(bench["class_sizes"])
+    assert r["train_seconds"] > 0 and r["samples_per_second"] > 0
+    assert len(r["loss_curve"]) == 27
+
+
+def test_er_learns_the_synthetic_digits(tiny_mnist360):
+    bench, cfg = tiny_mnist360
+    sgd = run_seed(bench, cfg, {**er_cfg(), "method": "sgd", "algorithm": "sgd", "buffer": "none"}, 0, CPU)
+    er = run_seed(bench, cfg, er_cfg(buffer=100), 0, CPU)
+    assert er["class_il"] > sgd["class_il"]
+
+
+def test_general_continual_methods_are_never_told_boundaries(tiny_mnist360):
+    calls = []
+
+    @register
+    class Spy(Method):
+        name = "test-spy"
+        needs_boundaries = False
+
+        def observe(self, x, y, x_raw):
+            calls.append("observe")
+            return self.sgd_step(F.cross_entropy(self.net(x), y))
+
+        def begin_task(self, task):
+            calls.append("begin")
+
+        def end_task(self, task):
+            calls.append("end")
+
+    try:
+        bench, cfg = tiny_mnist360
+        run_seed(bench, cfg, {**er_cfg(), "method": "test-spy", "algorithm": "test-spy", "buffer": "none"}, 0, CPU)
+        assert calls and set(calls) == {"observe"}
+    finally:
+        del METHODS["test-spy"]
+
+
+def test_joint_is_evaluated_once_after_training_on_everything(tiny_mnist360):
+    bench, cfg = tiny_mnist360
+    r = run_seed(bench, cfg, {**er_cfg(), "method": "joint", "algorithm": "joint", "buffer": "none"}, 0, CPU)
+    assert len(r["acc_matrix"]) == 1 and r["forgetting"] is None
+    sgd = run_seed(bench, cfg, {**er_cfg(), "method": "sgd", "algorithm": "sgd", "buffer": "none"}, 0, CPU)
+    assert r["class_il"] > sgd["class_il"]
