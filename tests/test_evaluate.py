@@ -51,3 +51,19 @@ def test_forgetting_by_hand():
     # task 0: best earlier 90 -> 50 = 40; task 1: 80 -> 70 = 10; the last task is left out
     assert forgetting(matrix, [0, 1, 2]) == pytest.approx(25.0)
     assert forgetting([[70.0]], [0]) is None
+
+
+def test_confusion_counts_true_against_predicted():
+    bench = _task_bench()
+    ev = Evaluator(bench, lambda x: x, torch.device("cpu"))
+    # predicts class (y + 1) % 4 for every sample
+    conf = ev.confusion(lambda x: torch.nn.functional.one_hot((x.view(-1).long() + 1) % 4, 4).float(), 4)
+    assert conf == [[0, 2, 0, 0], [0, 0, 2, 0], [0, 0, 0, 2], [2, 0, 0, 0]]
+
+
+def test_features_are_evenly_spread_and_labelled():
+    bench = _task_bench()
+    ev = Evaluator(bench, lambda x: x, torch.device("cpu"))
+    out = ev.features(lambda x: x.float().repeat(1, 3), max_samples=4)
+    assert out["labels"].tolist() == [0, 1, 2, 3]
+    assert out["features"].shape == (4, 3) and out["features"].dtype == torch.float16

@@ -61,7 +61,9 @@ def test_repro_writes_the_output_contract(project):
     assert f"{cell['mean']['class_il']:.2f} ± {cell['std']['class_il']:.2f}" in tables
     headline = json.loads((project / "results/metrics.json").read_text())
     assert headline["class_il"]["mnist-360"]["er"]["200"] == round(cell["mean"]["class_il"], 2)
-    assert (project / "results/figures/mnist-360-curves.png").stat().st_size > 1000
+    for fig in ("curves", "confusion", "tsne"):
+        assert (project / f"results/figures/mnist-360-{fig}.png").stat().st_size > 1000
+    assert (project / "runs/mnist-360/er/200/features.pt").exists()
     assert not (project / ".gcl-progress" / "mnist-360-er-200").exists()
 
 

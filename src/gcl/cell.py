@@ -13,12 +13,13 @@ from pathlib import Path
 
 import torch
 
-from gcl.atomic import write_json
+from gcl.atomic import save_tensors, write_json
 from gcl.config import cell_dir, fingerprint, resolve_run
 from gcl.data.benchmarks import load_benchmark
 from gcl.train import resolve_device, run_seed
 
 PROGRESS_DIR = Path(".gcl-progress")
+FEATURE_SAMPLES = 1000   # evaluation images whose final features are kept (first seed) for t-SNE
 
 
 def mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
@@ -34,22 +35,30 @@ def train_cell(params: dict, key: str) -> Path:
     device = resolve_device(params.get("device", "auto"))
     torch.set_num_threads(bench_cfg.get("threads", 1))
     bench = load_benchmark(f"data/benchmarks/{run_cfg['benchmark']}/benchmark.pt", bench_cfg)
+    progress = PROGRESS_DIR / key
+    features = progress / "features.pt"
 
     seeds = {}
-    for seed in params["seeds"]:
-        done = PROGRESS_DIR / key / f"seed-{seed}-{fingerprint(run_cfg, bench_cfg, seed, device.type)}.json"
-        if done.exists():  # finished by an earlier, interrupted attempt with these exact settings and code
+    for i, seed in enumerate(params["seeds"]):
+        done = progress / f"seed-{seed}-{fingerprint(run_cfg, bench_cfg, seed, device.type)}.json"
+        if done.exists() and (i > 0 or features.exists()):
+            # finished by an earlier, interrupted attempt with these exact settings and code
             seeds[str(seed)] = json.loads(done.read_text())
             print(f"{key}: seed {seed} reused from {done}")
             continue
-        seeds[str(seed)] = run_seed(bench, bench_cfg, run_cfg, seed, device)
-        write_json(done, seeds[str(seed)])
-        r = seeds[str(seed)]
+        r = run_seed(bench, bench_cfg, run_cfg, seed, device, feature_samples=FEATURE_SAMPLES if i == 0 else 0)
+        if i == 0:  # the first seed's final features, for the t-SNE figures
+            save_tensors(features, {"seed": seed, **r.pop("features")})
+        write_json(done, r)
+        seeds[str(seed)] = r
         print(f"{key}: seed {seed} class-il {r['class_il']:.2f} in {r['train_seconds']:.1f}s "
               f"({r['samples_per_second']:.0f} samples/s)")
 
     stats = {m: mean_std([s[m] for s in seeds.values()]) for m in ("class_il", "task_il", "forgetting")}
-    out = cell_dir(run_cfg) / "metrics.json"
+    out_dir = cell_dir(run_cfg)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    features.replace(out_dir / "features.pt")
+    out = out_dir / "metrics.json"
     write_json(out, {
         "benchmark": run_cfg["benchmark"], "method": run_cfg["method"], "buffer": run_cfg["buffer"],
         "device": device.type, "torch": torch.__version__, "threads": torch.get_num_threads(),
@@ -59,5 +68,5 @@ def train_cell(params: dict, key: str) -> Path:
         "std": {m: v[1] for m, v in stats.items()},
     })
     # the cell is complete: a later forced run must train again, not reuse these seeds
-    shutil.rmtree(PROGRESS_DIR / key, ignore_errors=True)
+    shutil.rmtree(progress, ignore_errors=True)
     return out

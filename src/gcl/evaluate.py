@@ -30,13 +30,30 @@ class Evaluator:
             c = bench["classes_per_task"]
             self.task_classes = (self.group * c, self.group * c + c)
 
+    def _batches(self, fn: Callable[[torch.Tensor], torch.Tensor]):
+        for lo in range(0, len(self.x), self.batch):
+            yield slice(lo, lo + self.batch), fn(self.transform(self.x[lo:lo + self.batch]))
+
+    @torch.no_grad()
+    def confusion(self, predict: Callable[[torch.Tensor], torch.Tensor], n_classes: int) -> list[list[int]]:
+        """counts[true][predicted] over the whole evaluation set (Class-IL predictions)."""
+        counts = torch.zeros(n_classes * n_classes, dtype=torch.int64, device=self.x.device)
+        for sl, logits in self._batches(predict):
+            counts += torch.bincount(self.y[sl] * n_classes + logits.argmax(1), minlength=n_classes * n_classes)
+        return counts.view(n_classes, n_classes).tolist()
+
+    @torch.no_grad()
+    def features(self, embed: Callable[[torch.Tensor], torch.Tensor], max_samples: int) -> dict:
+        """Penultimate features of up to `max_samples` evaluation images, evenly spread over the set."""
+        keep = torch.linspace(0, len(self.x) - 1, min(max_samples, len(self.x))).round().long().to(self.x.device)
+        feats = torch.cat([f for _, f in self._batches(embed)])[keep]
+        return {"features": feats.half().cpu(), "labels": self.y[keep].cpu()}
+
     @torch.no_grad()
     def __call__(self, predict: Callable[[torch.Tensor], torch.Tensor]) -> dict:
         correct_cil = torch.zeros(self.n_groups, dtype=torch.float64, device=self.x.device)
         correct_til = torch.zeros_like(correct_cil)
-        for lo in range(0, len(self.x), self.batch):
-            sl = slice(lo, lo + self.batch)
-            logits = predict(self.transform(self.x[sl]))
+        for sl, logits in self._batches(predict):
             group = self.group[sl]
             correct_cil += torch.bincount(group, weights=(logits.argmax(1) == self.y[sl]).double(),
                                           minlength=self.n_groups)

@@ -127,10 +127,7 @@ def headline(cells: list[dict]) -> dict:
 
 def plot_curves(cells: list[dict], out_dir: Path) -> list[Path]:
     """Accuracy after every segment/task end, mean over seeds, one figure per benchmark."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     paths = []
     for bench in sorted({c["benchmark"] for c in cells}):
         fig, ax = plt.subplots(figsize=(7, 4))
@@ -147,12 +144,72 @@ def plot_curves(cells: list[dict], out_dir: Path) -> list[Path]:
         ax.set_title(f"{bench}: accuracy over the stream")
         ax.legend(fontsize=7, ncol=2)
         ax.grid(alpha=0.3)
-        path = out_dir / f"{bench}-curves.png"
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-        plt.close(fig)
-        paths.append(path)
+        paths.append(_save(fig, out_dir / f"{bench}-curves.png"))
     return paths
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, path: Path) -> Path:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+    _pyplot().close(fig)
+    return path
+
+
+def visualised_cells(params: dict, cells: list[dict]) -> tuple[str, list[dict]]:
+    """The cells that report.visualise names as 'method/buffer' on its benchmark, in that order."""
+    spec = params.get("report", {}).get("visualise")
+    if not spec:
+        return "", []
+    by_name = {(c["benchmark"], f"{c['method']}/{c['buffer']}"): c for c in cells}
+    chosen = []
+    for name in spec["cells"]:
+        if (spec["benchmark"], name) not in by_name:
+            raise ReportError(f"report.visualise.cells: {spec['benchmark']} {name!r} is not a cell of runs: "
+                              f"use 'method/buffer' of a run on that benchmark, e.g. "
+                              f"{sorted(n for b, n in by_name if b == spec['benchmark'])}")
+        chosen.append(by_name[(spec["benchmark"], name)])
+    return spec["benchmark"], chosen
+
+
+def plot_confusions(bench: str, cells: list[dict], path: Path) -> Path:
+    """Row-normalised confusion matrices of the first seed after the stream (the paper's Figure 6)."""
+    import numpy as np
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(cells), figsize=(3.2 * len(cells), 3.4), squeeze=False)
+    for ax, c in zip(axes[0], cells):
+        counts = np.array(next(iter(c["seeds"].values()))["confusion"], dtype=float)
+        seen = counts.sum(1) > 0                      # MNIST-360's network has no test images of some outputs
+        counts = counts[seen][:, seen]
+        ax.imshow(counts / counts.sum(1, keepdims=True), vmin=0, vmax=1, cmap="Blues")
+        ax.set_title(f"{c['method']} ({c['buffer']})", fontsize=9)
+        ax.set_xlabel("predicted")
+        ax.set_ylabel("true")
+    fig.suptitle(f"{bench}: confusion matrices (first seed)")
+    return _save(fig, path)
+
+
+def plot_tsne(bench: str, cells: list[dict], path: Path) -> Path:
+    """t-SNE of the final penultimate features of the evaluation images (the paper's Figure 5)."""
+    import torch
+    from sklearn.manifold import TSNE
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(cells), figsize=(3.2 * len(cells), 3.4), squeeze=False)
+    for ax, c in zip(axes[0], cells):
+        saved = torch.load(cell_dir(c) / "features.pt", weights_only=True)
+        xy = TSNE(n_components=2, init="pca", perplexity=30, random_state=0).fit_transform(saved["features"].float().numpy())
+        ax.scatter(xy[:, 0], xy[:, 1], c=saved["labels"].numpy(), cmap="tab10", s=3)
+        ax.set_title(f"{c['method']} ({c['buffer']})", fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.suptitle(f"{bench}: t-SNE of test features (seed {saved['seed']})")
+    return _save(fig, path)
 
 
 def write_report(params: dict, out_dir: str | Path, paper_csv: str | Path) -> None:
@@ -168,3 +225,7 @@ def write_report(params: dict, out_dir: str | Path, paper_csv: str | Path) -> No
     figures.mkdir(parents=True, exist_ok=True)
     if params.get("report", {}).get("figures", True):
         plot_curves(cells, figures)
+        bench, chosen = visualised_cells(params, cells)
+        if chosen:
+            plot_confusions(bench, chosen, figures / f"{bench}-confusion.png")
+            plot_tsne(bench, chosen, figures / f"{bench}-tsne.png")

@@ -50,8 +50,13 @@ class Timer:
         self.total += time.perf_counter() - self.started
 
 
-def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: torch.device) -> dict:
-    """Train `run_cfg`'s method over the benchmark stream and return this seed's metrics."""
+def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: torch.device,
+             feature_samples: int = 0) -> dict:
+    """Train `run_cfg`'s method over the benchmark stream and return this seed's metrics.
+
+    With `feature_samples` > 0 the result also holds "features": the final network's penultimate
+    features of that many evaluation images (for t-SNE), which the caller stores apart from the JSON.
+    """
     kind = kind_of(bench_cfg)
     train_transform, test_transform = kind.transforms(bench)
     generator = seed_everything(seed)
@@ -101,7 +106,12 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
     timer.stop()
     if method.offline or not rows:
         evaluate_now()
-    return summarise(rows, loss_curve, kind.has_tasks, stream, timer.total)
+    net.eval()
+    result = summarise(rows, loss_curve, kind.has_tasks, stream, timer.total)
+    result["confusion"] = evaluate.confusion(method.predict, bench["n_classes"])
+    if feature_samples:
+        result["features"] = evaluate.features(net.features, feature_samples)
+    return result
 
 
 def summarise(rows: list[dict], loss_curve: list[float], has_tasks: bool, stream, seconds: float) -> dict:
