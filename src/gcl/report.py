@@ -19,6 +19,19 @@ from gcl.config import cell_dir, resolve_run
 PAPER_ORDER = ["joint", "sgd", "lwf", "oewc", "si", "cndpm", "gem", "icarl", "fdr", "hal",
                "er", "agem", "gss", "der", "derpp", "coca"]
 
+# Where our row is compared with another row of the paper: the CoCa paper's "DER" row holds the
+# DER paper's DER++ numbers, so it sits beside our derpp; our der sits beside the DER paper's own
+# DER numbers (reference/der_paper_results.csv, table "der_paper").
+PAPER_ROW = {"derpp": (None, "der"), "der": ("der_paper", "der")}
+FOOTNOTES = {"derpp": "derpp's paper column is the CoCa paper's \"DER\" row, which holds the DER paper's DER++ numbers.",
+             "der": "der's paper column is plain DER as the DER paper reports it (the CoCa paper has no plain-DER row)."}
+
+# Table 3: our variant names (all configurations of the one CoCa class) and the paper's rows.
+ABLATION_ROWS = [("ER", "er", "er"), ("CKD", "coca-ckd", "coca[ckd]"), ("PT", "coca-pt", "coca[pt]"),
+                 ("SCL", "coca-scl", "coca[scl]"), ("PT+SCL", "coca-pt-scl", "coca[pt+scl]"),
+                 ("CKD+PT", "coca-ckd-pt", "coca[ckd+pt]"), ("CKD+SCL", "coca-ckd-scl", "coca[ckd+scl]"),
+                 ("CKD+PT+SCL (CoCa)", "coca", "coca")]
+
 
 class ReportError(RuntimeError):
     pass
@@ -60,26 +73,39 @@ def _buffer_key(b: str):
     return (b != "none", int(b) if b.isdigit() else 0)
 
 
+def default_rows(methods) -> list[tuple[str, str, tuple | None]]:
+    """(label, our method, (paper table or None for the table at hand, paper method)) in the paper's order."""
+    return [(m, m, PAPER_ROW.get(m, (None, m))) for m in _method_order(methods)]
+
+
 def accuracy_table(summary: pd.DataFrame, paper: pd.DataFrame, benchmark: str, metric: str,
-                   paper_table: str, paper_method=lambda m: m) -> str:
+                   paper_table: str, rows: list | None = None) -> str:
     """One benchmark's table: a row per method, per buffer our mean ± std and the paper's number."""
     ours = summary[summary.benchmark == benchmark]
-    stats = ours.groupby(["method", "buffer"])[metric].agg(["mean", "std", "count"]).reset_index()
+    stats = ours.groupby(["method", "buffer"])[metric].agg(["mean", "std"]).reset_index()
     stats["std"] = stats["std"].fillna(0.0)
-    ref = paper[(paper.table == paper_table) & (paper.benchmark == benchmark)]
-    buffers = sorted(stats.buffer.unique(), key=_buffer_key)
-    rows = []
-    for method in _method_order(stats.method.unique()):
-        row = {"method": method}
+    rows = rows if rows is not None else default_rows(stats.method.unique())
+    buffers = sorted(stats[stats.method.isin([r[1] for r in rows])].buffer.unique(), key=_buffer_key)
+    out = []
+    for label, method, (ref_table, ref_method) in rows:
+        ref = paper[(paper.table == (ref_table or paper_table)) & (paper.benchmark == benchmark) &
+                    (paper.method == ref_method)]
+        row = {"method": label}
         for b in buffers:
             hit = stats[(stats.method == method) & (stats.buffer == b)]
-            p = ref[(ref.method == paper_method(method)) &
-                    ((ref.buffer == b) if b != "none" else ref.buffer.isna())]
-            label = "no buffer" if b == "none" else f"B={b}"
-            row[f"{label} ours"] = _fmt(*hit[["mean", "std"]].iloc[0]) if len(hit) else "-"
-            row[f"{label} paper"] = f"{p.accuracy.iloc[0]:.2f}" if len(p) else "-"
-        rows.append(row)
-    return pd.DataFrame(rows).to_markdown(index=False)
+            p = ref[(ref.buffer == b) if b != "none" else ref.buffer.isna()]
+            name = "no buffer" if b == "none" else f"B={b}"
+            row[f"{name} ours"] = _fmt(*hit[["mean", "std"]].iloc[0]) if len(hit) else "-"
+            row[f"{name} paper"] = f"{p.accuracy.iloc[0]:.2f}" if len(p) else "-"
+        out.append(row)
+    return pd.DataFrame(out).to_markdown(index=False)
+
+
+def ablation_rows(summary: pd.DataFrame, benchmark: str) -> list | None:
+    present = set(summary[summary.benchmark == benchmark].method)
+    if not any(m.startswith("coca-") for m in present):
+        return None
+    return [(label, ours, (None, theirs)) for label, ours, theirs in ABLATION_ROWS if ours in present]
 
 
 def cost_table(summary: pd.DataFrame) -> str:
@@ -100,7 +126,10 @@ def render_tables(params: dict, summary: pd.DataFrame, paper: pd.DataFrame) -> s
     for b in benchmarks:
         cfg = params["benchmarks"][b]
         out.write(f"- **{b}**: {cfg.get('label', cfg['source'])} (source `{cfg['source']}`)\n")
+    methods = set(summary.method)
+    notes = [text for m, text in FOOTNOTES.items() if m in methods]
     out.write("\n## Table 1: Class-IL / general continual accuracy\n\n")
+    out.write("".join(f"- {n}\n" for n in notes) + ("\n" if notes else ""))
     for b in benchmarks:
         out.write(f"### {b}\n\n{accuracy_table(summary, paper, b, 'class_il', 'table1_gcl')}\n\n")
     task_benchmarks = [b for b in benchmarks if summary[summary.benchmark == b].task_il.notna().any()]
@@ -108,6 +137,19 @@ def render_tables(params: dict, summary: pd.DataFrame, paper: pd.DataFrame) -> s
         out.write("## Table 2: Task-IL accuracy\n\n")
         for b in task_benchmarks:
             out.write(f"### {b}\n\n{accuracy_table(summary, paper, b, 'task_il', 'table2_task_il')}\n\n")
+    ablations = {b: ablation_rows(summary, b) for b in benchmarks}
+    if any(ablations.values()):
+        out.write("## Table 3: ablation of CoCa's components (Class-IL)\n\n"
+                  "Every row is a configuration of the one CoCa implementation (switches ckd, pt, scl); "
+                  "all switches off is ER.\n\n")
+        for b, rows in ablations.items():
+            if rows:
+                out.write(f"### {b}\n\n{accuracy_table(summary, paper, b, 'class_il', 'table3_ablation', rows)}\n\n")
+    split_benchmarks = [b for b in ("seq-cifar100-10t", "seq-cifar100") if b in benchmarks]
+    if "seq-cifar100-10t" in split_benchmarks:
+        out.write("## Table 4: sequential CIFAR-100 in 10 and 20 tasks (Class-IL)\n\n")
+        for b in split_benchmarks:
+            out.write(f"### {b}\n\n{accuracy_table(summary, paper, b, 'class_il', 'table4_num_tasks')}\n\n")
     out.write("## Forgetting and cost per cell\n\n"
               "Forgetting: mean over evaluation groups (tasks; digits on MNIST-360) of the best earlier "
               "accuracy minus the final one. Train seconds exclude evaluation.\n\n")
@@ -115,13 +157,13 @@ def render_tables(params: dict, summary: pd.DataFrame, paper: pd.DataFrame) -> s
     return out.getvalue()
 
 
-def headline(cells: list[dict]) -> dict:
+def headline(summary: pd.DataFrame) -> dict:
     """What `dvc exp show` displays: mean Class-IL per cell, and the total training time."""
     out: dict = {"class_il": {}}
-    for c in cells:
-        out["class_il"].setdefault(c["benchmark"], {}).setdefault(c["method"], {})[str(c["buffer"])] = \
-            round(c["mean"]["class_il"], 2)
-    out["train_seconds_total"] = round(sum(r["train_seconds"] for c in cells for r in c["seeds"].values()), 1)
+    means = summary.groupby(["benchmark", "method", "buffer"], sort=False).class_il.mean()
+    for (bench, method, buffer), value in means.items():
+        out["class_il"].setdefault(bench, {}).setdefault(method, {})[buffer] = round(float(value), 2)
+    out["train_seconds_total"] = round(float(summary.train_seconds.sum()), 1)
     return out
 
 
@@ -212,15 +254,15 @@ def plot_tsne(bench: str, cells: list[dict], path: Path) -> Path:
     return _save(fig, path)
 
 
-def write_report(params: dict, out_dir: str | Path, paper_csv: str | Path) -> None:
+def write_report(params: dict, out_dir: str | Path, paper_csvs: list[str | Path]) -> None:
     out_dir = Path(out_dir)
     cells = load_cells(params)
     summary = summary_frame(cells)
-    paper = pd.read_csv(paper_csv, dtype={"buffer": "string"})
+    paper = pd.concat([pd.read_csv(f, dtype={"buffer": "string"}) for f in paper_csvs])
     with atomic_path(out_dir / "summary.csv") as tmp:
         summary.to_csv(tmp, index=False)
     write_text(out_dir / "tables.md", render_tables(params, summary, paper))
-    write_json(out_dir / "metrics.json", headline(cells))
+    write_json(out_dir / "metrics.json", headline(summary))
     figures = out_dir / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     if params.get("report", {}).get("figures", True):
