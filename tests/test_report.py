@@ -82,3 +82,21 @@ def test_missing_cell_is_a_clear_error(params):
     Path("runs/mnist-360/er/200/metrics.json").unlink()
     with pytest.raises(ReportError, match="runs/mnist-360/er/200/metrics.json.*dvc repro"):
         write_report(params, "results", PAPER)
+
+
+def test_sensitivity_figure_reads_the_swept_value_from_each_cell(params):
+    for name, omega, accs in (("coca-w05", 0.5, [61.0, 63.0]), ("coca-w09", 0.9, [58.0, 60.0])):
+        params["methods"][name] = {"base": "er"}
+        params["runs"][name] = {"benchmark": "mnist-360", "method": name, "buffer": 200, "lr": 0.1, "batch": 4,
+                                "replay_batch": 8}
+        fake_cell("mnist-360", name, 200, accs)
+        cell = json.loads(Path(f"runs/mnist-360/{name}/200/metrics.json").read_text())
+        cell["config"] = {"run": {"omega": omega}}
+        write_json(Path(f"runs/mnist-360/{name}/200/metrics.json"), cell)
+    params["report"] = {"figures": True, "sensitivity": {"benchmark": "mnist-360", "buffer": 200,
+                                                         "omega": ["coca-w05", "coca-w09"]}}
+    write_report(params, "results", PAPER)
+    assert Path("results/figures/sensitivity.png").stat().st_size > 1000
+    params["report"]["sensitivity"]["omega"].append("coca-w01")
+    with pytest.raises(ReportError, match="coca-w01"):
+        write_report(params, "results", PAPER)

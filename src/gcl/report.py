@@ -254,6 +254,38 @@ def plot_tsne(bench: str, cells: list[dict], path: Path) -> Path:
     return _save(fig, path)
 
 
+def plot_sensitivity(params: dict, cells: list[dict], path: Path) -> Path | None:
+    """Class-IL against omega and against gamma (the paper's Figure 4), mean ± std over seeds.
+
+    report.sensitivity names, per swept parameter, the methods (CoCa variants) whose cells on the
+    given benchmark and buffer form the sweep; the x value is read from each cell's resolved config.
+    """
+    spec = params.get("report", {}).get("sensitivity")
+    if not spec:
+        return None
+    plt = _pyplot()
+    swept = [k for k in ("omega", "gamma") if spec.get(k)]
+    fig, axes = plt.subplots(1, len(swept), figsize=(4.5 * len(swept), 3.4), squeeze=False)
+    for ax, param in zip(axes[0], swept):
+        points = []
+        for method in spec[param]:
+            cell = next((c for c in cells if c["benchmark"] == spec["benchmark"] and c["method"] == method
+                         and str(c["buffer"]) == str(spec["buffer"])), None)
+            if cell is None:
+                raise ReportError(f"report.sensitivity.{param}: no cell {spec['benchmark']}/{method}/{spec['buffer']} "
+                                  "in runs; add its run or drop it from the sweep")
+            accs = pd.Series([r["class_il"] for r in cell["seeds"].values()])
+            points.append((cell["config"]["run"][param], accs.mean(), accs.std() if len(accs) > 1 else 0.0))
+        points.sort()
+        x, m, sd = zip(*points)
+        ax.errorbar(x, m, yerr=sd, marker="o", capsize=3)
+        ax.set_xlabel(param)
+        ax.set_ylabel("Class-IL accuracy (%)")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{spec['benchmark']}, buffer {spec['buffer']}: sensitivity of CoCa")
+    return _save(fig, path)
+
+
 def write_report(params: dict, out_dir: str | Path, paper_csvs: list[str | Path]) -> None:
     out_dir = Path(out_dir)
     cells = load_cells(params)
@@ -271,3 +303,4 @@ def write_report(params: dict, out_dir: str | Path, paper_csvs: list[str | Path]
         if chosen:
             plot_confusions(bench, chosen, figures / f"{bench}-confusion.png")
             plot_tsne(bench, chosen, figures / f"{bench}-tsne.png")
+        plot_sensitivity(params, cells, figures / "sensitivity.png")
