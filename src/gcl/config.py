@@ -19,7 +19,8 @@ from gcl.methods.base import Hparam
 
 TOP_KEYS = {"seeds", "device", "sources", "benchmarks", "methods", "runs", "report"}
 BENCHMARK_KEYS = {"kind": str, "source": str, "backbone": str, "epochs": int, "threads": int,
-                  "draw": str, "validation_fraction": float, "label": str}
+                  "draw": str, "validation_fraction": float, "label": str,
+                  "n_tasks": int, "classes_per_task": int, "augment": bool}
 RUN_KEYS = {"benchmark", "method", "buffer"}
 
 
@@ -91,7 +92,7 @@ def _validate_benchmark(name: str, b: dict, sources: dict) -> None:
         if key not in b:
             raise ParamsError(f"{where} lacks the key {key!r}")
     for key, value in b.items():
-        _check_type(f"{where}.{key}", value, BENCHMARK_KEYS[key], positive=key in ("epochs", "threads"))
+        _check_type(f"{where}.{key}", value, BENCHMARK_KEYS[key], positive=key in ("epochs", "threads", "n_tasks", "classes_per_task"))
     if b["kind"] not in KINDS:
         raise ParamsError(f"{where}.kind: unknown benchmark kind {b['kind']!r}; known kinds: {sorted(KINDS)}")
     if b["source"] not in sources:

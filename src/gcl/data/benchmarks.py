@@ -8,7 +8,7 @@ from typing import Callable
 import torch
 
 from gcl.atomic import save_tensors
-from gcl.data import mnist360
+from gcl.data import mnist360, sequential
 from gcl.data.stream import Stream
 from gcl.data.transforms import to_unit_float
 
@@ -32,6 +32,12 @@ KINDS: dict[str, BenchmarkKind] = {
         stream=lambda bench, cfg, batch, gen: mnist360.build_stream(bench, batch, gen, cfg.get("draw", "without-replacement")),
         transforms=lambda bench: (to_unit_float, to_unit_float),
         has_tasks=False,
+    ),
+    "sequential": BenchmarkKind(
+        build=sequential.build_benchmark,
+        stream=sequential.build_stream,
+        transforms=sequential.transforms,
+        has_tasks=True,
     ),
 }
 

@@ -118,3 +118,6 @@ def mnist_full(cfg: dict, download_dir: Path) -> dict:
     return {"train_x": splits["train"][0], "train_y": splits["train"][1],
             "test_x": splits["test"][0], "test_y": splits["test"][1],
             "classes": [str(d) for d in range(10)]}
+
+
+from gcl.data import image_sources  # noqa: E402,F401  (registers cifar10, cifar100, tinyimagenet)

@@ -1,0 +1,119 @@
+"""Sequential class-incremental benchmarks (seq-mnist, seq-cifar10/100, seq-tinyimg), per PROTOCOL.md.
+
+Task t holds the labels [t * c, (t + 1) * c) in the source's natural label order. The stream shows
+task after task; within a task, `epochs` passes, each over a fresh seeded permutation of the task's
+training images, in batches of the run's batch size (the last batch of a pass is smaller when the
+batch does not divide the task, as mammoth's loader does). The evaluator scores every task's test
+set after the last step of each task, and reads each test sample's task from `test_group`.
+
+Settings under `benchmarks.<name>`: n_tasks, classes_per_task (required), validation_fraction
+(the last part of each class's training images, in source order, becomes the evaluation set and the
+real test set is left out) and augment (random crop with padding 4 + flip, default true).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from gcl.data.augment import Normalize, TrainAugment
+from gcl.data.stream import Stream
+
+CROP_PADDING = 4
+
+
+class SequentialConfigError(ValueError):
+    """A sequential benchmark's settings do not fit its source."""
+
+
+def _positive_int(cfg: dict, key: str) -> int:
+    value = cfg.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise SequentialConfigError(f"a sequential benchmark needs a positive integer {key!r}, got {value!r}")
+    return value
+
+
+def build_benchmark(source: dict, cfg: dict) -> dict:
+    """Keep the first n_tasks * classes_per_task classes, group the training images by class, and tag
+    every evaluation image with its task."""
+    n_tasks, per_task = _positive_int(cfg, "n_tasks"), _positive_int(cfg, "classes_per_task")
+    n_classes = n_tasks * per_task
+    names = list(source.get("classes") or range(int(source["train_y"].max()) + 1))
+    if n_classes > len(names):
+        raise SequentialConfigError(f"{n_tasks} tasks x {per_task} classes need {n_classes} classes; the source "
+                                    f"{cfg.get('source')!r} has {len(names)}")
+    fraction = float(cfg.get("validation_fraction", 0.0))
+    train_x, train_y = source["train_x"], source["train_y"]
+    # every class's indices in source order, from one stable sort (not one scan of the labels per class)
+    by_class = torch.argsort(train_y, stable=True)
+    counts = torch.bincount(train_y, minlength=n_classes)[:n_classes].tolist()
+    train_idx, eval_idx = [], []
+    for j, idx in enumerate(torch.split(by_class[:sum(counts)], counts)):
+        n_val = int(round(len(idx) * fraction))
+        train_idx.append(idx[: len(idx) - n_val])
+        eval_idx.append(idx[len(idx) - n_val:])
+        if len(train_idx[-1]) == 0:
+            raise SequentialConfigError(f"class {j} ({names[j]}) has no training images left "
+                                        f"(validation_fraction {fraction})")
+    if fraction > 0:
+        held = torch.cat(eval_idx)
+        eval_x, eval_y = train_x.index_select(0, held), train_y.index_select(0, held)
+    else:
+        keep = source["test_y"] < n_classes
+        eval_x, eval_y = source["test_x"][keep], source["test_y"][keep]
+    missing = sorted(set(range(n_classes)) - set(eval_y.unique().tolist()))
+    if missing:
+        raise SequentialConfigError(f"classes {missing} have no evaluation images")
+    order = torch.cat(train_idx)
+    labels = train_y[order]
+    mean, std = source.get("mean"), source.get("std")
+    return {
+        "kind": "sequential",
+        "n_classes": n_classes,
+        "n_tasks": n_tasks,
+        "classes_per_task": per_task,
+        "input_shape": list(train_x.shape[1:]),
+        "train_x": train_x.index_select(0, order),
+        "train_y": labels,
+        "train_task": labels // per_task,
+        "class_sizes": [len(i) for i in train_idx],
+        "test_x": eval_x.contiguous(),
+        "test_y": eval_y,
+        "test_group": eval_y // per_task,
+        "group_names": [", ".join(str(names[k]) for k in range(t * per_task, (t + 1) * per_task))
+                        for t in range(n_tasks)],
+        "evaluated_on": "validation" if fraction > 0 else "test",
+        # how the network sees the pixels: the source's statistics if it has them, else [0, 1]
+        "mean": list(mean) if mean is not None else None,
+        "std": list(std) if std is not None else None,
+        "augment": bool(cfg.get("augment", True)),
+        "crop_padding": CROP_PADDING,
+    }
+
+
+def build_stream(bench: dict, cfg: dict, batch_size: int, generator: torch.Generator) -> Stream:
+    """Task by task, `epochs` seeded permutations of the task's images, cut into batches."""
+    epochs = int(cfg["epochs"])
+    if batch_size <= 0 or epochs <= 0:
+        raise SequentialConfigError(f"batch ({batch_size}) and epochs ({epochs}) must be positive")
+    task_of = bench["train_task"].numpy()
+    order, bounds, task_ends = [], [0], []
+    for t in range(bench["n_tasks"]):
+        idx = torch.from_numpy(np.flatnonzero(task_of == t))
+        n = len(idx)
+        cuts = list(range(batch_size, n, batch_size)) + [n]
+        for _ in range(epochs):
+            order.append(idx.index_select(0, torch.randperm(n, generator=generator)))
+            base = bounds[-1]
+            bounds += [base + c for c in cuts]
+        task_ends.append(len(bounds) - 2)
+    # the pool is the benchmark's training set itself, so each pool image is its own origin
+    return Stream(images=bench["train_x"], labels=bench["train_y"], order=torch.cat(order),
+                  bounds=bounds, eval_after=list(task_ends), task_ends=task_ends,
+                  origin=torch.arange(len(bench["train_x"])))
+
+
+def transforms(bench: dict):
+    """(train, test) maps from uint8 batches to network inputs; train augments unless switched off."""
+    normalize = Normalize(bench["mean"], bench["std"])
+    train = TrainAugment(normalize, bench["crop_padding"]) if bench["augment"] else normalize
+    return train, normalize

@@ -1,0 +1,172 @@
+"""Tiny copies of the image datasets in their exact on-disk formats, for offline tests.
+
+CIFAR: the python pickles torchvision reads (CIFAR-10: data_batch_1..5, test_batch, batches.meta in
+cifar-10-batches-py/; CIFAR-100: train, test, meta in cifar-100-python/), each a dict with a
+(N, 3072) uint8 `data` array (R, G, B planes, row-major), and the .tar.gz that holds the folder.
+Tiny ImageNet: tiny-imagenet-200/ with wnids.txt, words.txt, train/<wnid>/images/<wnid>_<i>.JPEG,
+train/<wnid>/<wnid>_boxes.txt, val/images/val_<i>.JPEG, val/val_annotations.txt, test/images.
+Also a small labelled source dict (what any source writes) for benchmark-level tests.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import io
+import http.server
+import pickle
+import threading
+import tarfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from torchvision.datasets import CIFAR10, CIFAR100
+from PIL import Image
+
+CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+
+
+def md5(path: Path) -> str:
+    return hashlib.md5(Path(path).read_bytes()).hexdigest()
+
+
+def class_images(labels: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+    """(N, 3, size, size) uint8 noise with a bright patch whose place encodes the class (learnable)."""
+    x = rng.integers(0, 80, (len(labels), 3, size, size), dtype=np.uint8)
+    for i, c in enumerate(labels):
+        r, col = 4 * (c // 4) + 2, 6 * (c % 4) + 2
+        x[i, c % 3, r:r + 8, col:col + 8] = 255
+    return x
+
+
+def _pickle(path: Path, obj: dict) -> None:
+    with open(path, "wb") as f:
+        pickle.dump(obj, f, protocol=2)
+
+
+def write_cifar10(root: Path, train_per_class: int = 10, test_per_class: int = 4, seed: int = 0) -> dict:
+    """cifar-10-batches-py/ under `root`; the training images spread over the five batches, in class-mixed order."""
+    rng = np.random.default_rng(seed)
+    folder = root / CIFAR10.base_folder
+    folder.mkdir(parents=True, exist_ok=True)
+    train_y = rng.permutation(np.repeat(np.arange(10), train_per_class))
+    test_y = rng.permutation(np.repeat(np.arange(10), test_per_class))
+    train_x, test_x = class_images(train_y, 32, rng), class_images(test_y, 32, rng)
+    for b, part in enumerate(np.array_split(np.arange(len(train_y)), 5)):
+        _pickle(folder / f"data_batch_{b + 1}", {"batch_label": f"training batch {b + 1} of 5",
+                                                 "labels": train_y[part].tolist(),
+                                                 "data": train_x[part].reshape(len(part), -1),
+                                                 "filenames": [f"img_{i}.png" for i in part]})
+    _pickle(folder / "test_batch", {"batch_label": "testing batch 1 of 1", "labels": test_y.tolist(),
+                                    "data": test_x.reshape(len(test_y), -1),
+                                    "filenames": [f"test_{i}.png" for i in range(len(test_y))]})
+    _pickle(folder / "batches.meta", {"num_cases_per_batch": 10000, "label_names": CIFAR10_NAMES, "num_vis": 3072})
+    return {"train_x": train_x, "train_y": train_y, "test_x": test_x, "test_y": test_y}
+
+
+def write_cifar100(root: Path, train_per_class: int = 2, test_per_class: int = 1, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    folder = root / CIFAR100.base_folder
+    folder.mkdir(parents=True, exist_ok=True)
+    train_y = rng.permutation(np.repeat(np.arange(100), train_per_class))
+    test_y = rng.permutation(np.repeat(np.arange(100), test_per_class))
+    train_x, test_x = class_images(train_y, 32, rng), class_images(test_y, 32, rng)
+    for name, x, y in (("train", train_x, train_y), ("test", test_x, test_y)):
+        _pickle(folder / name, {"filenames": [f"{name}_{i}.png" for i in range(len(y))], "batch_label": name,
+                                "fine_labels": y.tolist(), "coarse_labels": (y // 5).tolist(),
+                                "data": x.reshape(len(y), -1)})
+    _pickle(folder / "meta", {"fine_label_names": [f"fine{i}" for i in range(100)],
+                              "coarse_label_names": [f"coarse{i}" for i in range(20)]})
+    return {"train_x": train_x, "train_y": train_y, "test_x": test_x, "test_y": test_y}
+
+
+def cifar_checksums(monkeypatch, cls, folder: Path, archive: Path | None = None) -> None:
+    """Make torchvision's class expect the fixture's MD5s (the real ones are of the real files)."""
+    monkeypatch.setattr(cls, "train_list", [[n, md5(folder / n)] for n, _ in cls.train_list])
+    monkeypatch.setattr(cls, "test_list", [[n, md5(folder / n)] for n, _ in cls.test_list])
+    monkeypatch.setattr(cls, "meta", {**cls.meta, "md5": md5(folder / cls.meta["filename"])})
+    if archive is not None:
+        monkeypatch.setattr(cls, "tgz_md5", md5(archive))
+
+
+def tar_folder(folder: Path, archive: Path) -> Path:
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(folder, arcname=folder.name)
+    return archive
+
+
+WNIDS = ["n02124075", "n01443537", "n09256479"]   # deliberately not sorted: wnids.txt sets the order
+
+
+def _jpeg(img: np.ndarray) -> bytes:
+    """(C, H, W) uint8 -> JPEG bytes; one channel is written as a grey-scale JPEG."""
+    buf = io.BytesIO()
+    pil = Image.fromarray(img[0]) if img.shape[0] == 1 else Image.fromarray(img.transpose(1, 2, 0))
+    pil.save(buf, format="JPEG", quality=95)
+    return buf.getvalue()
+
+
+def write_tinyimagenet_zip(path: Path, train_per_class: int = 12, val_per_class: int = 2, size: int = 64) -> dict:
+    """A tiny-imagenet-200.zip with flat-coloured images (JPEG keeps flat colours nearly exact): class k's
+    image i has the colour (40 k + 20, 10 i, 200) and one grey-scale JPEG is among them, as in the real set."""
+    colour = lambda k, i: np.array([40 * k + 20, 10 * i, 200], dtype=np.uint8)
+    flat = lambda c: np.broadcast_to(c[:, None, None], (3, size, size)).copy()
+    expected_train, expected_val = [], []
+    with zipfile.ZipFile(path, "w") as z:
+        top = "tiny-imagenet-200/"
+        z.writestr(top + "wnids.txt", "\n".join(WNIDS) + "\n")
+        z.writestr(top + "words.txt", "".join(f"{w}\tname{k}, other\n" for k, w in enumerate(WNIDS)))
+        for k, w in enumerate(WNIDS):
+            # written out of order: 10 before 2 lexically, the loader must use the numbering
+            for i in reversed(range(train_per_class)):
+                z.writestr(f"{top}train/{w}/images/{w}_{i}.JPEG", _jpeg(flat(colour(k, i))))
+            z.writestr(f"{top}train/{w}/{w}_boxes.txt", "")
+            expected_train += [colour(k, i) for i in range(train_per_class)]
+        lines = []
+        for v in range(val_per_class * len(WNIDS)):
+            k = (v * 2) % len(WNIDS)
+            img = flat(colour(k, 7))
+            if v == 0:   # a grey JPEG: must come back as 3 equal channels
+                img = img[:1]
+            z.writestr(f"{top}val/images/val_{v}.JPEG", _jpeg(img))
+            lines.append(f"val_{v}.JPEG\t{WNIDS[k]}\t0\t0\t63\t63")
+            expected_val.append((k, img))
+        z.writestr(top + "val/val_annotations.txt", "\n".join(lines) + "\n")
+        z.writestr(top + "test/images/test_0.JPEG", _jpeg(flat(colour(0, 0))))
+    return {"train": expected_train, "val": expected_val}
+
+
+@contextlib.contextmanager
+def serve_folder(folder: Path):
+    """A local HTTP server for `folder` (offline stand-in for a mirror); yields its base URL."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    handler.log_message = lambda *a, **k: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def labelled_source(per_class=12, test_per_class=3, classes=10, channels=1, size=8, stats=False):
+    """A source dict shaped as sources.py writes it, class-mixed order; pixel (0, 0, 0) = class, (0, 0, 1) = index."""
+    rng = np.random.default_rng(0)
+
+    def make(n):
+        y = torch.from_numpy(rng.permutation(np.repeat(np.arange(classes), n)))
+        x = torch.zeros((len(y), channels, size, size), dtype=torch.uint8)
+        x[:, 0, 0, 0] = y.to(torch.uint8)
+        x[:, 0, 0, 1] = torch.arange(len(y), dtype=torch.uint8)
+        return x, y.long()
+
+    (train_x, train_y), (test_x, test_y) = make(per_class), make(test_per_class)
+    out = {"train_x": train_x, "train_y": train_y, "test_x": test_x, "test_y": test_y,
+           "classes": [f"c{i}" for i in range(classes)]}
+    if stats:
+        out.update(mean=[0.5] * channels, std=[0.25] * channels)
+    return out
