@@ -20,7 +20,8 @@ from gcl.methods.base import Hparam
 TOP_KEYS = {"seeds", "device", "sources", "benchmarks", "methods", "runs", "report"}
 BENCHMARK_KEYS = {"kind": str, "source": str, "backbone": str, "epochs": int, "threads": int,
                   "draw": str, "validation_fraction": float, "label": str,
-                  "n_tasks": int, "classes_per_task": int, "augment": bool}
+                  "n_tasks": int, "classes_per_task": int, "augment": bool,
+                  "channels_last": bool, "bf16": bool}
 RUN_KEYS = {"benchmark", "method", "buffer"}
 
 

@@ -60,14 +60,32 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
     kind = kind_of(bench_cfg)
     train_transform, test_transform = kind.transforms(bench)
     generator = seed_everything(seed)
-    stream = kind.stream(bench, bench_cfg, run_cfg["batch"], generator)
-    net = build_backbone(bench_cfg["backbone"], bench["input_shape"], bench["n_classes"]).to(device)
+    method_cls = METHODS[run_cfg["algorithm"]]
+    # an offline method (JOINT) is shown the data once and makes its own `epochs` passes over it
+    stream = kind.stream(bench, {**bench_cfg, "epochs": 1} if method_cls.offline else bench_cfg,
+                         run_cfg["batch"], generator)
+    net = build_backbone(bench_cfg["backbone"], bench["input_shape"], bench["n_classes"],
+                         channels_last=bench_cfg.get("channels_last", False)).to(device)
     ctx = MethodContext(device=device, n_classes=bench["n_classes"], train_transform=train_transform,
                         generator=generator, epochs=bench_cfg["epochs"])
-    method = METHODS[run_cfg["algorithm"]](net, run_cfg, ctx)
-    tell_boundaries = method.needs_boundaries and kind.has_tasks
+    method = method_cls(net, run_cfg, ctx)
     evaluate = Evaluator(bench, test_transform, device)
+    # bf16 autocast (a CUDA option, measured against fp32 by benchmarks/speed.py) covers training and evaluation
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bench_cfg.get("bf16", False)):
+        result = _stream_loop(method, stream, train_transform, evaluate, kind.has_tasks, device)
+        net.eval()
+        result["confusion"] = evaluate.confusion(method.predict, bench["n_classes"])
+        if feature_samples:
+            result["features"] = evaluate.features(net.features, feature_samples)
+    return result
 
+
+def _stream_loop(method, stream, train_transform, evaluate: Evaluator, has_tasks: bool,
+                 device: torch.device) -> dict:
+    """Feed the stream batch by batch, evaluating at segment/task ends; boundaries reach only methods
+    that declare they need them, and only on benchmarks that have tasks."""
+    net = method.net
+    tell_boundaries = method.needs_boundaries and has_tasks
     pool, labels = stream.images.to(device), stream.labels.to(device)
     order, bounds = stream.order.to(device), stream.bounds
     eval_after, task_ends = set(stream.eval_after), stream.task_ends
@@ -106,12 +124,7 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
     timer.stop()
     if method.offline or not rows:
         evaluate_now()
-    net.eval()
-    result = summarise(rows, loss_curve, kind.has_tasks, stream, timer.total)
-    result["confusion"] = evaluate.confusion(method.predict, bench["n_classes"])
-    if feature_samples:
-        result["features"] = evaluate.features(net.features, feature_samples)
-    return result
+    return summarise(rows, loss_curve, has_tasks, stream, timer.total)
 
 
 def summarise(rows: list[dict], loss_curve: list[float], has_tasks: bool, stream, seconds: float) -> dict:
