@@ -67,7 +67,7 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
     net = build_backbone(bench_cfg["backbone"], bench["input_shape"], bench["n_classes"],
                          channels_last=bench_cfg.get("channels_last", False)).to(device)
     ctx = MethodContext(device=device, n_classes=bench["n_classes"], train_transform=train_transform,
-                        generator=generator, epochs=bench_cfg["epochs"])
+                        generator=generator, epochs=bench_cfg["epochs"], plain_transform=test_transform)
     method = method_cls(net, run_cfg, ctx)
     evaluate = Evaluator(bench, test_transform, device)
     # bf16 autocast (a CUDA option, measured against fp32 by benchmarks/speed.py) covers training and evaluation

@@ -19,6 +19,7 @@ class MethodContext:
     train_transform: Callable[[torch.Tensor], torch.Tensor]   # non-augmented uint8 -> network input
     generator: torch.Generator                                # CPU generator of this run (sampling decisions)
     epochs: int = 1
+    plain_transform: Callable[[torch.Tensor], torch.Tensor] | None = None   # non-augmenting (the test transform)
 
 
 @dataclass(frozen=True)

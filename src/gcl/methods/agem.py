@@ -1,0 +1,53 @@
+"""A-GEM (Chaudhry et al. 2019), reservoir variant: the one usable without task boundaries.
+
+The stream gradient g is projected so that it does not increase the loss on a buffer batch:
+if g . g_ref < 0, g <- g - (g . g_ref / ||g_ref||^2) g_ref, with g_ref the gradient on the buffer
+batch. The buffer is a reservoir over the stream (no per-task memories, no boundaries).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from gcl.methods.base import Method, register, required
+
+
+def project(g: torch.Tensor, g_ref: torch.Tensor) -> torch.Tensor:
+    """A-GEM's projection of the flat gradient `g` against the flat reference gradient `g_ref`.
+
+    Branch-free (torch.where), so deciding whether to project needs no host synchronisation.
+    """
+    dot = torch.dot(g, g_ref)
+    # clamp: a zero g_ref gives dot = 0, no projection, and must not put a NaN in the unused branch
+    coef = torch.where(dot < 0, dot / torch.dot(g_ref, g_ref).clamp_min(torch.finfo(g.dtype).tiny),
+                       torch.zeros_like(dot))
+    return g - coef * g_ref
+
+
+@register
+class AGEM(Method):
+    name = "agem"
+    uses_buffer = True
+    hparams = {**Method.hparams, "replay_batch": required(int)}
+
+    def __init__(self, net, cfg, ctx):
+        super().__init__(net, cfg, ctx)
+        self.params = [p for p in net.parameters() if p.requires_grad]
+
+    def _flat_grad(self, loss: torch.Tensor) -> torch.Tensor:
+        return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, self.params)])
+
+    def observe(self, x, y, x_raw):
+        loss = F.cross_entropy(self.net(x), y)
+        if self.buffer.is_empty():
+            self.sgd_step(loss)
+        else:
+            g = self._flat_grad(loss)
+            buf_x, buf_y = self.replay_batch(self.cfg["replay_batch"], "labels")
+            g_ref = self._flat_grad(F.cross_entropy(self.net(buf_x), buf_y))
+            # write the projected gradient back into .grad, parameter by parameter, and step
+            for p, gp in zip(self.params, torch.split(project(g, g_ref), [p.numel() for p in self.params])):
+                p.grad = gp.view_as(p)
+            self.opt.step()
+        self.buffer.add(examples=x_raw, labels=y)
+        return loss.detach()

@@ -1,0 +1,64 @@
+"""Dark Experience Replay (Buzzega et al. 2020): replay the network's own past logits, not just labels.
+
+DER:   CE(f(x), y) + alpha * MSE(f(x_buf), z_buf), with z the logits stored when x_buf entered the buffer.
+DER++: the same + beta * CE(f(x_buf2), y_buf2) on a second, independent buffer batch.
+
+DER++ is DER with a label term, so both are one class; `der` simply never reads a beta.
+The buffer keeps the non-augmented input, its label and the (pre-update) logits of its stream step.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from gcl.methods.base import Method, register, required
+
+
+def der_loss(logits: torch.Tensor, y: torch.Tensor,
+             buf_out: torch.Tensor | None = None, buf_logits: torch.Tensor | None = None, alpha: float = 0.0,
+             buf_out2: torch.Tensor | None = None, buf_y2: torch.Tensor | None = None, beta: float = 0.0) -> torch.Tensor:
+    """CE on the stream + alpha * logit matching on one buffer batch + beta * CE on another.
+
+    The MSE is the mean over batch and classes (F.mse_loss), as in the reference implementation.
+    Terms whose tensors are None (an empty buffer, or plain DER's label term) are left out.
+    """
+    loss = F.cross_entropy(logits, y)
+    if buf_out is not None:
+        loss = loss + alpha * F.mse_loss(buf_out, buf_logits)
+    if buf_out2 is not None:
+        loss = loss + beta * F.cross_entropy(buf_out2, buf_y2)
+    return loss
+
+
+@register
+class DER(Method):
+    name = "der"
+    uses_buffer = True
+    hparams = {**Method.hparams, "replay_batch": required(int), "alpha": required(float)}
+
+    def __init__(self, net, cfg, ctx):
+        super().__init__(net, cfg, ctx)
+        self.beta = cfg.get("beta", 0.0)   # only DER++ declares beta; plain DER has no label term
+
+    def observe(self, x, y, x_raw):
+        logits = self.net(x)
+        replay = {}
+        if not self.buffer.is_empty():
+            size = self.cfg["replay_batch"]
+            # separate forward passes, as the reference does: with BatchNorm (the image backbones) a
+            # concatenated batch would mix the stream's and the buffer's batch statistics
+            buf_x, buf_logits = self.replay_batch(size, "logits")
+            replay.update(buf_out=self.net(buf_x), buf_logits=buf_logits, alpha=self.cfg["alpha"])
+            if self.beta > 0:
+                buf_x2, buf_y2 = self.replay_batch(size, "labels")   # an independent draw
+                replay.update(buf_out2=self.net(buf_x2), buf_y2=buf_y2, beta=self.beta)
+        loss = self.sgd_step(der_loss(logits, y, **replay))
+        # the logits of this step's forward pass, i.e. of the network before this update
+        self.buffer.add(examples=x_raw, labels=y, logits=logits.detach())
+        return loss
+
+
+@register
+class DERpp(DER):
+    name = "derpp"
+    hparams = {**DER.hparams, "beta": required(float)}
