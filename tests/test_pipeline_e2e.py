@@ -3,6 +3,7 @@ import json
 import os
 import shutil
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -73,34 +74,34 @@ def test_second_repro_runs_nothing(project):
     assert "Running stage" not in out
 
 
-@pytest.mark.e2e
-def test_changing_one_cell_reruns_only_that_cell(project):
+@contextmanager
+def er_200_lr(project, value):
+    """params.yaml with the ER-200 cell's lr set to `value`, restored afterwards."""
     params_file = project / "params.yaml"
     original = params_file.read_text()
+    params = yaml.safe_load(original)
+    params["runs"]["mnist-360-er-200"]["lr"] = value
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
     try:
-        params = yaml.safe_load(original)
-        params["runs"]["mnist-360-er-200"]["lr"] = 0.05
-        params_file.write_text(yaml.safe_dump(params, sort_keys=False))
-        status = sh(project, "dvc", "status")
-        stale = {line.rstrip(":") for line in status.splitlines() if line and not line.startswith(("\t", " "))}
-        assert stale == {"train@mnist-360-er-200", "report"}, status
+        yield
     finally:
         params_file.write_text(original)
+
+
+@pytest.mark.e2e
+def test_changing_one_cell_reruns_only_that_cell(project):
+    with er_200_lr(project, 0.05):
+        status = sh(project, "dvc", "status")
+    stale = {line.rstrip(":") for line in status.splitlines() if line and not line.startswith(("\t", " "))}
+    assert stale == {"train@mnist-360-er-200", "report"}, status
 
 
 @pytest.mark.e2e
 def test_a_bad_param_stops_the_stage_with_a_clear_error(project):
-    params_file = project / "params.yaml"
-    original = params_file.read_text()
-    try:
-        params = yaml.safe_load(original)
-        params["runs"]["mnist-360-er-200"]["lr"] = "fast"
-        params_file.write_text(yaml.safe_dump(params, sort_keys=False))
-        env = {**os.environ, "PYTHONPATH": str(project / "src")}
+    env = {**os.environ, "PYTHONPATH": str(project / "src")}
+    with er_200_lr(project, "fast"):
         done = subprocess.run(["dvc", "repro", "-s", "train@mnist-360-er-200"], cwd=project, env=env,
                               capture_output=True, text=True)
-        assert done.returncode != 0
-        assert "runs.mnist-360-er-200.lr must be a float, got 'fast'" in done.stdout + done.stderr
-        assert not (project / ".gcl-progress" / "mnist-360-er-200").exists()   # stopped before training
-    finally:
-        params_file.write_text(original)
+    assert done.returncode != 0
+    assert "runs.mnist-360-er-200.lr must be a float, got 'fast'" in done.stdout + done.stderr
+    assert not (project / ".gcl-progress" / "mnist-360-er-200").exists()   # stopped before training
