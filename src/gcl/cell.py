@@ -7,8 +7,10 @@ is removed once the cell's metrics.json is written.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import shutil
 import statistics
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
@@ -29,30 +31,53 @@ def mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
+def _seed_in_worker(bench_path: str, bench_cfg: dict, run_cfg: dict, seed: int, device: str,
+                    feature_samples: int) -> dict:
+    """One seed in a fresh process: the same numbers as in the parent (every RNG is seeded per run)."""
+    torch.set_num_threads(bench_cfg.get("threads", 1))
+    bench = load_benchmark(bench_path, bench_cfg)
+    return run_seed(bench, bench_cfg, run_cfg, seed, torch.device(device), feature_samples)
+
+
 def train_cell(params: dict, key: str) -> Path:
     run_cfg = resolve_run(params, key)
     bench_cfg = params["benchmarks"][run_cfg["benchmark"]]
     device = resolve_device(params.get("device", "auto"))
     torch.set_num_threads(bench_cfg.get("threads", 1))
-    bench = load_benchmark(f"data/benchmarks/{run_cfg['benchmark']}/benchmark.pt", bench_cfg)
+    bench_path = f"data/benchmarks/{run_cfg['benchmark']}/benchmark.pt"
     progress = PROGRESS_DIR / key
     features = progress / "features.pt"
 
-    seeds = {}
+    seeds, todo = {}, []
     for i, seed in enumerate(params["seeds"]):
         done = progress / f"seed-{seed}-{fingerprint(run_cfg, bench_cfg, seed, device.type)}.json"
         if done.exists() and (i > 0 or features.exists()):
             # finished by an earlier, interrupted attempt with these exact settings and code
             seeds[str(seed)] = json.loads(done.read_text())
             print(f"{key}: seed {seed} reused from {done}")
-            continue
-        r = run_seed(bench, bench_cfg, run_cfg, seed, device, feature_samples=FEATURE_SAMPLES if i == 0 else 0)
-        if i == 0:  # the first seed's final features, for the t-SNE figures
+        else:
+            todo.append((seed, done, FEATURE_SAMPLES if i == 0 else 0))
+
+    def finished(seed, done, r):
+        if "features" in r:  # the first seed's final features, for the t-SNE figures
             save_tensors(features, {"seed": seed, **r.pop("features")})
         write_json(done, r)
         seeds[str(seed)] = r
         print(f"{key}: seed {seed} class-il {r['class_il']:.2f} in {r['train_seconds']:.1f}s "
-              f"({r['samples_per_second']:.0f} samples/s)")
+              f"({r['samples_per_second']:.0f} samples/s)", flush=True)
+
+    workers = min(params.get("workers", 1), len(todo))
+    if workers > 1:   # seeds are independent: spread them over processes (CPU cores, or one GPU)
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            jobs = [(seed, done, pool.submit(_seed_in_worker, bench_path, bench_cfg, run_cfg, seed, device.type, n))
+                    for seed, done, n in todo]
+            for seed, done, job in jobs:
+                finished(seed, done, job.result())
+    elif todo:
+        bench = load_benchmark(bench_path, bench_cfg)
+        for seed, done, n in todo:
+            finished(seed, done, run_seed(bench, bench_cfg, run_cfg, seed, device, feature_samples=n))
+    seeds = {str(s): seeds[str(s)] for s in params["seeds"]}
 
     stats = {m: mean_std([s[m] for s in seeds.values()]) for m in ("class_il", "task_il", "forgetting")}
     out_dir = cell_dir(run_cfg)
@@ -62,6 +87,7 @@ def train_cell(params: dict, key: str) -> Path:
     write_json(out, {
         "benchmark": run_cfg["benchmark"], "method": run_cfg["method"], "buffer": run_cfg["buffer"],
         "device": device.type, "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "workers": workers,
         "config": {"run": run_cfg, "benchmark": bench_cfg},
         "seeds": seeds,
         "mean": {m: v[0] for m, v in stats.items()},

@@ -17,7 +17,7 @@ from gcl.data.sources import SOURCES
 from gcl.methods import METHODS
 from gcl.methods.base import Hparam
 
-TOP_KEYS = {"seeds", "device", "sources", "benchmarks", "methods", "runs", "report"}
+TOP_KEYS = {"seeds", "device", "workers", "sources", "benchmarks", "methods", "runs", "report"}
 BENCHMARK_KEYS = {"kind": str, "source": str, "backbone": str, "epochs": int, "threads": int,
                   "draw": str, "validation_fraction": float, "label": str,
                   "n_tasks": int, "classes_per_task": int, "augment": bool,
@@ -67,6 +67,10 @@ def validate(params: dict) -> None:
     seeds = params["seeds"]
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
         raise ParamsError(f"seeds must be a non-empty list of non-negative integers, got {seeds!r}")
+    workers = params.get("workers", 1)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ParamsError(f"workers (processes that train a cell's seeds side by side) must be a positive integer, "
+                          f"got {workers!r}")
     if params.get("device", "auto") not in ("auto", "cpu", "cuda"):
         raise ParamsError(f"device must be one of ['auto', 'cpu', 'cuda'], got {params['device']!r}")
     for name in params["sources"]:
