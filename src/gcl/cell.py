@@ -68,7 +68,9 @@ def train_cell(params: dict, key: str) -> Path:
 
     workers = min(params.get("workers", 1), len(todo))
     if workers > 1:   # seeds are independent: spread them over processes (CPU cores, or one GPU)
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        # fork starts a worker in milliseconds (the parent has run no torch op yet); CUDA needs spawn
+        context = multiprocessing.get_context("fork" if device.type == "cpu" else "spawn")
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
             jobs = [(seed, done, pool.submit(_seed_in_worker, bench_path, bench_cfg, run_cfg, seed, device.type, n))
                     for seed, done, n in todo]
             for seed, done, job in jobs:
