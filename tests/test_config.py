@@ -87,3 +87,9 @@ def test_resolve_merges_method_block_and_variant_base():
     run = resolve_run(p, "slow")
     assert run["algorithm"] == "er" and run["method"] == "er-slow" and run["lr"] == 0.01
     assert "base" not in run
+
+
+@pytest.mark.parametrize("profile", ["profiles/paper.yaml", "profiles/ci.yaml"])
+def test_every_profile_is_valid(profile):
+    with open(profile) as f:
+        validate(yaml.safe_load(f))
