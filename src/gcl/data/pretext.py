@@ -1,0 +1,84 @@
+"""Geometric pretext tasks for CoCa's L_PT (paper Eq. 12): a transformation per image and its proxy label.
+
+Two variants (see gcl.methods.coca for why each exists):
+
+- "paper": the transformations of the paper's Section IV-B, rotation {0, 90, 180, 270} degrees,
+  scale {0.67, 1.0} and aspect ratio {0.67, 1.33}, read as 4 shapes x 4 rotations = 16 classes,
+      shape 0 identity, 1 scale 0.67, 2 aspect 0.67, 3 aspect 1.33,   label = 4 * shape + k
+  (the authors' task-boundary code has 16 classes too: 4 rotations x {identity and three
+  resized/aspect crops}). "Only one random transformation per sample": one label is drawn per image.
+- "rotation": the authors' general-continual code, 4 rotations only (label = k). That code also
+  applies a fixed resized crop first, of unstated size; it is left out here.
+
+Shapes are centred resized crops, as torchvision's RandomResizedCrop with a fixed scale (area
+fraction) and ratio (width / height): scale 0.67 keeps the central square of 0.67 of the area;
+aspect r keeps the largest centred crop of width/height r. Each crop is resized back to the full
+size (bilinear), so no pixel outside the image is ever sampled (no padding on normalised inputs).
+The rotation, counter-clockwise by 90k degrees, is applied after the crop.
+
+Everything is batched on the images' device: one grid_sample for the crops, one for the rotations.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from gcl.data.transforms import rotate
+
+N_ROTATIONS = 4
+# (width fraction, height fraction) of each centred crop, in the input's normalised coordinates
+SHAPES = {
+    "identity": (1.0, 1.0),
+    "scale-0.67": (math.sqrt(0.67), math.sqrt(0.67)),   # area 0.67, square
+    "aspect-0.67": (0.67, 1.0),                         # width / height = 0.67
+    "aspect-1.33": (1.0, 1.0 / 1.33),                   # width / height = 1.33
+}
+VARIANTS = {"paper": tuple(SHAPES), "rotation": ("identity",)}
+
+
+def n_pretext_classes(variant: str) -> int:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown pretext variant {variant!r}; known: {sorted(VARIANTS)}")
+    return len(VARIANTS[variant]) * N_ROTATIONS
+
+
+def decode(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(shape index within the variant, number of quarter turns) of each proxy label."""
+    return labels // N_ROTATIONS, labels % N_ROTATIONS
+
+
+def centred_crop(images: torch.Tensor, width: torch.Tensor, height: torch.Tensor) -> torch.Tensor:
+    """Each image's centred crop of relative size (width[i], height[i]) resized back to full size."""
+    zero = torch.zeros_like(width)
+    # affine_grid maps output coordinates in [-1, 1] to input coordinates: scaling them by the crop's
+    # half-extents samples exactly the crop, stretched over the whole output
+    theta = torch.stack([torch.stack([width, zero, zero], 1), torch.stack([zero, height, zero], 1)], 1)
+    grid = F.affine_grid(theta, list(images.shape), align_corners=False)
+    return F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
+
+
+def apply_pretext(images: torch.Tensor, labels: torch.Tensor, variant: str) -> torch.Tensor:
+    """The transformation that each proxy label names, applied to a float batch (N, C, H, W), H == W."""
+    if images.shape[-1] != images.shape[-2]:
+        raise ValueError(f"pretext rotations by 90 degrees need square images, got {tuple(images.shape[-2:])}")
+    shape_idx, quarter_turns = decode(labels.to(images.device))
+    out = images
+    if len(VARIANTS[variant]) > 1:
+        extents = torch.tensor([SHAPES[s] for s in VARIANTS[variant]], dtype=images.dtype, device=images.device)
+        size = extents[shape_idx]
+        out = centred_crop(images, size[:, 0], size[:, 1])
+    # multiples of 90 degrees map pixel centres onto pixel centres: nearest sampling is exact
+    return rotate(out, quarter_turns * 90)
+
+
+def random_pretext(images: torch.Tensor, variant: str, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """One random transformation per image: (transformed images, proxy labels on the images' device).
+
+    Labels are drawn on the host with the run's generator (as the buffer's decisions are), so a run is
+    identical on CPU and GPU and nothing waits on the device.
+    """
+    labels = torch.randint(0, n_pretext_classes(variant), (images.shape[0],), generator=generator)
+    labels = labels.to(images.device, non_blocking=True)
+    return apply_pretext(images, labels, variant), labels

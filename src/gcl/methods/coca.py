@@ -1,0 +1,238 @@
+"""CoCa, Complementary Calibration (paper Section III): experience replay, collaborative knowledge
+distillation (relation calibration) and collaborative self-supervision (feature calibration).
+
+    L = L_base + lambda1 * L_CKD + lambda2 * (L_PT + L_SCL)                       (paper Eq. 15)
+
+One step, structured as the authors' code (reference/COCA.md: "DER++ with the distillation target
+replaced by o*"):
+- L_base: ER's loss, one cross-entropy over the stream batch concatenated with a buffer batch b2
+  (labels). The paper's ablation baseline row is ER, so with every switch off this class *is* ER
+  (same batches, same random draws, same loss; tested).
+- L_CKD: on an independent buffer batch b1 (examples and the logits o_hat stored when they entered
+  the buffer, as in DER): MSE between the current logits o and the detached target
+  o* = gamma * (1 - omega) (I - omega S_hat)^-1 o + (1 - gamma) * o_hat               (Eq. 4, 10, 11)
+  where S_hat is the row-normalised affinity of b1's L2-normalised embeddings.
+- L_PT: an auxiliary head predicts which geometric transformation (gcl.data.pretext) was applied;
+  L_SCL: supervised contrastive loss (Khosla et al. 2020) over two views (original, transformed)
+  of the projector's normalised embeddings. Both run on the stream batch concatenated with b2, and
+  the transformed view is shared by both (the authors' code; one transformation per sample).
+- One forward per role: stream + b2 (ER's forward), b1 (DER's), the transformed view. On the MLP
+  this equals one concatenated forward; with BatchNorm it keeps each role's batch statistics apart,
+  as the DER/DER++ implementations do.
+
+Relation to DER++ (L = CE_s + alpha * MSE(b1) + beta * CE(b2)): lambda1 plays alpha's role and
+L_base replaces CE_s + beta * CE(b2) with ER's concatenated CE. When batch == replay_batch the
+concatenated CE is (CE_s + CE_b2) / 2, so CoCa at (lr, lambda1) equals DER++-with-target-o* at
+(lr / 2, alpha = 2 * lambda1, beta = 1). The MNIST-360 settings are tuned on a validation split
+(params.yaml records the grid).
+
+Settings and where each default comes from:
+- omega = 0.1: paper (Section IV-B) and authors' code agree.
+- gamma = 0.1: paper; the authors' code uses 0.01 (run both: variant coca-g001).
+- lambda1 = 0.5: the code reuses DER++'s alpha per benchmark; 0.5 is DER++'s MNIST-360 alpha.
+- lambda2 = 0.3: the code weights L_PT and L_SCL 0.3 each (the paper has one lambda2 for both).
+- tau = 0.07: code (Khosla et al.'s default); the paper grid-searches it without giving a value.
+- affinity = "paper": S(i, i) = 0 and the row softmax runs over k != i (Eq. 6-7), i.e. a zero
+  diagonal; "code": softmax(Z Z^T - affinity_c * I), the authors' code, with affinity_c = 1.0
+  (general-continual copy; 0.1 in the boundary variant): the diagonal keeps a small weight.
+- ckd_embedding = "projector": the code's affinity uses the projector's normalised output; the
+  paper says "normalized feature embeddings obtained by the feature extractor" ("backbone").
+  With scl off nothing trains the projector, so the ckd-only row then measures similarity through a
+  fixed random projection of the features.
+- pretext = "paper": 16 proxy classes (4 rotations x {identity, scale 0.67, aspect 0.67,
+  aspect 1.33}), one random transformation per sample, as the paper lists them and as the code's
+  boundary variant counts them; "rotation": the general-continual code's 4 rotations.
+- Heads (dropped at test time: `predict` uses the network only; the loop never sees the heads):
+  built from backbone.feat_dim by the authors' two recipes, chosen by width. Narrow backbones (the
+  MNIST MLP, 100-d): feat -> feat -> out with one ReLU hidden layer, projection 32-d. Wide ones
+  (ResNet-18, 512-d): feat -> feat (BN, ReLU) -> feat (BN, ReLU) -> out, projection 64-d. The
+  paper's text says "three hidden layers"; the code's sizes are used.
+- ckd / pt / scl: the ablation switches of Table 3; all on by default (the full method).
+
+General continual: no task boundary is used or accepted (needs_boundaries stays False).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gcl.data.pretext import VARIANTS as PRETEXT_VARIANTS, n_pretext_classes, random_pretext
+from gcl.methods.base import Method, optional, register, required
+
+AFFINITIES = ("paper", "code")
+EMBEDDINGS = ("projector", "backbone")
+WIDE_BACKBONE = 512          # feat_dim from which the ResNet-style heads are used
+
+
+# ---------------------------------------------------------------------------- relation calibration
+
+def affinity(z: torch.Tensor, mode: str = "paper", c: float = 1.0) -> torch.Tensor:
+    """S_hat: the row-stochastic similarity of the normalised embeddings z (N, d) of one batch.
+
+    "paper": zero diagonal, softmax over the other samples (Eq. 6-7). A finite fill instead of -inf
+    keeps a lone sample (N = 1) well defined: it then propagates to itself (S_hat = [1]).
+    "code": softmax(z z^T - c I).
+    """
+    sim = z @ z.T
+    eye = torch.eye(z.shape[0], dtype=torch.bool, device=z.device)
+    if mode == "paper":
+        sim = sim.masked_fill(eye, -1e9)
+    elif mode == "code":
+        sim = sim - c * eye
+    else:
+        raise ValueError(f"unknown affinity {mode!r}; known: {AFFINITIES}")
+    return sim.softmax(dim=1)
+
+
+def propagate(s_hat: torch.Tensor, o: torch.Tensor, omega: float) -> torch.Tensor:
+    """Closed-form label propagation Q = (1 - omega) (I - omega S_hat)^-1 o (Eq. 10), as a linear solve.
+
+    S_hat is row-stochastic, so its spectral radius is 1 and I - omega S_hat is invertible for omega < 1.
+    """
+    eye = torch.eye(s_hat.shape[0], dtype=s_hat.dtype, device=s_hat.device)
+    return (1.0 - omega) * torch.linalg.solve(eye - omega * s_hat, o)
+
+
+def collaborative_target(o: torch.Tensor, o_hat: torch.Tensor, z: torch.Tensor, omega: float, gamma: float,
+                         mode: str = "paper", c: float = 1.0) -> torch.Tensor:
+    """o* = gamma * Q + (1 - gamma) * o_hat (Eq. 11); differentiable: callers detach it."""
+    return gamma * propagate(affinity(z, mode, c), o, omega) + (1.0 - gamma) * o_hat
+
+
+def ckd_loss(o: torch.Tensor, o_hat: torch.Tensor, z: torch.Tensor, omega: float, gamma: float,
+             mode: str = "paper", c: float = 1.0) -> torch.Tensor:
+    """L_CKD = MSE(o, stopgrad(o*)) (Eq. 4); gamma = 0 gives DER's loss (Eq. 3)."""
+    with torch.no_grad():
+        target = collaborative_target(o, o_hat, z, omega, gamma, mode, c)
+    return F.mse_loss(o, target)
+
+
+# ---------------------------------------------------------------------------- feature calibration
+
+def supcon_loss(z: torch.Tensor, labels: torch.Tensor, tau: float) -> torch.Tensor:
+    """Supervised contrastive loss (Khosla et al. 2020, L_out; paper Eq. 13) of normalised embeddings z.
+
+    For each anchor i: -1/|P(i)| sum_{p in P(i)} log(exp(z_i.z_p / tau) / sum_{a != i} exp(z_i.z_a / tau)),
+    P(i) = the other samples of i's class; averaged over anchors that have a positive. Eq. 13 as
+    printed omits the 1/|P(i)| (identical when every anchor has one positive); Khosla's and the
+    authors' code have it.
+    """
+    n = z.shape[0]
+    eye = torch.eye(n, dtype=torch.bool, device=z.device)
+    logits = (z @ z.T / tau).masked_fill(eye, float("-inf"))
+    log_prob = logits - torch.logsumexp(logits, dim=1, keepdim=True)
+    positive = (labels[:, None] == labels[None, :]) & ~eye
+    n_pos = positive.sum(1)
+    # where(...) rather than multiplying by the mask: the diagonal's log_prob is -inf
+    per_anchor = -torch.where(positive, log_prob, 0.0).sum(1) / n_pos.clamp(min=1)
+    has_pos = (n_pos > 0).to(z.dtype)
+    return (per_anchor * has_pos).sum() / has_pos.sum().clamp(min=1.0)
+
+
+def mlp_head(feat_dim: int, out_dim: int) -> nn.Sequential:
+    """The authors' head for a backbone of this width (see the module docstring)."""
+    if feat_dim < WIDE_BACKBONE:
+        return nn.Sequential(nn.Linear(feat_dim, feat_dim), nn.ReLU(), nn.Linear(feat_dim, out_dim))
+    hidden = []
+    for _ in range(2):
+        hidden += [nn.Linear(feat_dim, feat_dim), nn.BatchNorm1d(feat_dim), nn.ReLU()]
+    return nn.Sequential(*hidden, nn.Linear(feat_dim, out_dim))
+
+
+def projection_dim(feat_dim: int) -> int:
+    return 32 if feat_dim < WIDE_BACKBONE else 64
+
+
+# ---------------------------------------------------------------------------- the method
+
+@register
+class CoCa(Method):
+    name = "coca"
+    uses_buffer = True
+    hparams = {
+        **Method.hparams,
+        "replay_batch": required(int),                   # size of b1 and of b2
+        "ckd": optional(bool, True),
+        "pt": optional(bool, True),
+        "scl": optional(bool, True),
+        "lambda1": optional(float, 0.5),
+        "lambda2": optional(float, 0.3),
+        "omega": optional(float, 0.1, positive=False),
+        "gamma": optional(float, 0.1, positive=False),
+        "tau": optional(float, 0.07),
+        "pretext": optional(str, "paper"),
+        "affinity": optional(str, "paper"),
+        "affinity_c": optional(float, 1.0, positive=False),
+        "ckd_embedding": optional(str, "projector"),
+    }
+
+    def __init__(self, net, cfg, ctx):
+        super().__init__(net, cfg, ctx)
+        self._check(cfg)
+        self.ckd, self.pt, self.scl = cfg["ckd"], cfg["pt"], cfg["scl"]
+        feat_dim = net.feat_dim
+        heads = nn.ModuleDict()
+        if self.scl or (self.ckd and cfg["ckd_embedding"] == "projector"):
+            heads["projector"] = mlp_head(feat_dim, projection_dim(feat_dim))
+        if self.pt:
+            heads["pretext"] = mlp_head(feat_dim, n_pretext_classes(cfg["pretext"]))
+        # kept outside self.net, so evaluation (Method.predict -> self.net) cannot reach them
+        self.heads = heads.to(ctx.device)
+        if len(heads):
+            self.opt.add_param_group({"params": list(heads.parameters())})
+
+    @staticmethod
+    def _check(cfg: dict) -> None:
+        if not 0.0 <= cfg["omega"] < 1.0:
+            raise ValueError(f"coca: omega must lie in [0, 1) (I - omega S_hat must be invertible), got {cfg['omega']}")
+        if not 0.0 <= cfg["gamma"] <= 1.0:
+            raise ValueError(f"coca: gamma must lie in [0, 1], got {cfg['gamma']}")
+        for key, allowed in (("pretext", tuple(PRETEXT_VARIANTS)), ("affinity", AFFINITIES),
+                             ("ckd_embedding", EMBEDDINGS)):
+            if cfg[key] not in allowed:
+                raise ValueError(f"coca: {key} must be one of {allowed}, got {cfg[key]!r}")
+
+    def _embed(self, feats: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.heads["projector"](feats), dim=1)
+
+    def observe(self, x, y, x_raw):
+        cfg = self.cfg
+        inputs, labels = x, y
+        b1 = None
+        if not self.buffer.is_empty():
+            # b2 first, exactly as ER draws it, so that all-switches-off reproduces ER's random stream
+            buf_x, buf_y = self.replay_batch(cfg["replay_batch"], "labels")
+            inputs, labels = torch.cat([x, buf_x]), torch.cat([y, buf_y])
+            if self.ckd:
+                b1 = self.replay_batch(cfg["replay_batch"], "logits")
+        # one forward per role, as ER (stream + b2 together) and DER (b1 alone) do: with BatchNorm (the
+        # image backbones) a shared forward would normalise each role with the others' batch statistics
+        feats = self.net.features(inputs)
+        logits = self.net.classifier(feats)
+        loss = F.cross_entropy(logits, labels)
+
+        if b1 is not None:
+            f_b1 = self.net.features(b1[0])
+            with torch.no_grad():   # the target is detached: its embeddings need no graph
+                z = self._embed(f_b1) if cfg["ckd_embedding"] == "projector" else F.normalize(f_b1, dim=1)
+            loss = loss + cfg["lambda1"] * ckd_loss(self.net.classifier(f_b1), b1[1], z, cfg["omega"],
+                                                    cfg["gamma"], cfg["affinity"], cfg["affinity_c"])
+        if self.pt or self.scl:
+            # one random transformation per sample, shared by the pretext task and the second view of SCL
+            x_view, pt_labels = random_pretext(inputs, cfg["pretext"], self.ctx.generator)
+            f_view = self.net.features(x_view)
+            css = 0.0
+            if self.pt:
+                css = css + F.cross_entropy(self.heads["pretext"](f_view), pt_labels)
+            if self.scl:
+                z = self._embed(torch.cat([feats, f_view]))
+                css = css + supcon_loss(z, torch.cat([labels, labels]), cfg["tau"])
+            loss = loss + cfg["lambda2"] * css
+
+        loss = self.sgd_step(loss)
+        fields = {"examples": x_raw, "labels": y}
+        if self.ckd:
+            fields["logits"] = logits[: x.shape[0]].detach()   # o_hat: this step's pre-update outputs, as DER
+        self.buffer.add(**fields)
+        return loss

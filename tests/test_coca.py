@@ -1,0 +1,327 @@
+"""CoCa: the collaborative distillation, the self-supervision losses, the pretext transforms and the
+method's contract (ER when every switch is off, heads unused at evaluation, no task boundaries)."""
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gcl.backbones import MLP
+from gcl.config import resolve_run, validate
+from gcl.data import mnist360
+from gcl.data.pretext import SHAPES, apply_pretext, n_pretext_classes, random_pretext
+from gcl.data.transforms import to_unit_float
+from gcl.methods import METHODS, MethodContext
+from gcl.methods.coca import CoCa, affinity, ckd_loss, collaborative_target, propagate, supcon_loss
+from gcl.train import run_seed
+
+N_CLASSES = 9
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The MLP's small ops are many times faster on one thread (PROTOCOL.md); restore the setting after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def embeddings(n=6, d=5, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return F.normalize(torch.randn(n, d, generator=g, dtype=dtype), dim=1)
+
+
+def logits_pair(n=6, c=N_CLASSES, seed=1, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, c, generator=g, dtype=dtype), torch.randn(n, c, generator=g, dtype=dtype)
+
+
+# ------------------------------------------------------------------ collaborative distillation
+
+@pytest.mark.parametrize("mode", ["paper", "code"])
+def test_gamma_zero_is_der_loss(mode):
+    o, o_hat = logits_pair()
+    z = embeddings()
+    der = F.mse_loss(o, o_hat)
+    assert torch.allclose(ckd_loss(o, o_hat, z, omega=0.1, gamma=0.0, mode=mode), der)
+    assert not torch.allclose(ckd_loss(o, o_hat, z, omega=0.1, gamma=0.1, mode=mode), der)
+
+
+@pytest.mark.parametrize("gamma", [0.1, 0.3, 0.9])
+def test_omega_zero_is_scaled_der_loss(gamma):
+    """Paper Eq. 5: with no propagation, o* = gamma o + (1 - gamma) o_hat and L = (1 - gamma)^2 L_KD."""
+    o, o_hat = logits_pair()
+    z = embeddings()
+    der = F.mse_loss(o, o_hat)
+    o_req = o.clone().requires_grad_(True)
+    undetached = F.mse_loss(o_req, collaborative_target(o_req, o_hat, z, omega=0.0, gamma=gamma))
+    assert torch.allclose(undetached, (1 - gamma) ** 2 * der)
+    # the value does not depend on the detach; the gradient does: o* is a constant for ckd_loss
+    detached = ckd_loss(o_req, o_hat, z, omega=0.0, gamma=gamma)
+    assert torch.allclose(detached, (1 - gamma) ** 2 * der)
+    (g_detached,) = torch.autograd.grad(detached, o_req)
+    (g_undetached,) = torch.autograd.grad(undetached, o_req)
+    expected = 2 * (1 - gamma) * (o - o_hat) / o.numel()
+    assert torch.allclose(g_detached, expected)
+    assert torch.allclose(g_undetached, (1 - gamma) * expected)
+
+
+def test_closed_form_is_the_limit_of_iterated_propagation():
+    """Eq. 10 = lim of Eq. 8, Q_t = omega S_hat Q_{t-1} + (1 - omega) o, Q_0 = o."""
+    o, _ = logits_pair(n=7)
+    z = embeddings(n=7)
+    for mode in ("paper", "code"):
+        s_hat = affinity(z, mode, c=1.0)
+        for omega in (0.1, 0.5, 0.9):
+            q = o.clone()
+            for _ in range(600):            # omega^600 < 1e-27
+                q = omega * s_hat @ q + (1 - omega) * o
+            assert torch.allclose(propagate(s_hat, o, omega), q, atol=1e-12)
+    # omega = 0: no propagation at all
+    assert torch.allclose(propagate(affinity(z), o, 0.0), o)
+
+
+def test_affinity_variants():
+    z = embeddings(n=5)
+    paper = affinity(z, "paper")
+    assert torch.allclose(paper.diagonal(), torch.zeros(5, dtype=z.dtype))
+    assert torch.allclose(paper.sum(1), torch.ones(5, dtype=z.dtype))
+    # row i: softmax of z_i . z_k over k != i (Eq. 6)
+    sim = z @ z.T
+    i = 2
+    others = [k for k in range(5) if k != i]
+    expected = torch.softmax(sim[i, others], 0)
+    assert torch.allclose(paper[i, others], expected)
+    code = affinity(z, "code", c=1.0)
+    assert torch.allclose(code, torch.softmax(sim - torch.eye(5, dtype=z.dtype), 1))
+    assert (code.diagonal() > 0).all()
+    # a lone sample propagates to itself instead of producing NaNs
+    assert torch.equal(affinity(z[:1], "paper"), torch.ones(1, 1, dtype=z.dtype))
+
+
+def test_no_gradient_flows_into_the_target():
+    o, o_hat = logits_pair()
+    o = o.requires_grad_(True)
+    o_hat = o_hat.requires_grad_(True)
+    z = embeddings().requires_grad_(True)
+    loss = ckd_loss(o, o_hat, z, omega=0.5, gamma=0.5, mode="code")
+    loss.backward()
+    assert o_hat.grad is None and z.grad is None
+    target = collaborative_target(o.detach(), o_hat.detach(), z.detach(), 0.5, 0.5, "code")
+    assert torch.allclose(o.grad, 2 * (o.detach() - target) / o.numel())
+
+
+# ------------------------------------------------------------------ supervised contrastive loss
+
+def supcon_by_loop(z, labels, tau, normalise_positives=True):
+    """Eq. 13 evaluated anchor by anchor; with normalise_positives, Khosla et al.'s 1/|P(i)|."""
+    n = len(labels)
+    s = [[float(z[i] @ z[j]) for j in range(n)] for i in range(n)]
+    total, anchors = 0.0, 0
+    for i in range(n):
+        pos = [j for j in range(n) if j != i and labels[j] == labels[i]]
+        if not pos:
+            continue
+        log_denominator = math.log(sum(math.exp(s[i][a] / tau) for a in range(n) if a != i))
+        if normalise_positives:
+            total += -sum(s[i][p] / tau - log_denominator for p in pos) / len(pos)
+        else:  # Eq. 13 as printed
+            total += -sum(s[i][p] / tau for p in pos) + log_denominator
+        anchors += 1
+    return total / anchors
+
+
+def test_supcon_matches_equation_13_with_one_positive_per_anchor():
+    z = F.normalize(torch.tensor([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-0.6, 0.8]], dtype=torch.float64), dim=1)
+    labels = torch.tensor([0, 0, 1, 1])
+    for tau in (0.07, 0.5):
+        literal = supcon_by_loop(z, labels.tolist(), tau, normalise_positives=False)
+        assert supcon_loss(z, labels, tau).item() == pytest.approx(literal, rel=1e-10)
+
+
+def test_supcon_matches_khosla_with_several_positives():
+    z = embeddings(n=8, d=4, seed=3)
+    labels = torch.tensor([0, 1, 0, 2, 1, 0, 2, 3])   # class 3 has no positive: left out of the mean
+    for tau in (0.07, 0.2, 1.0):
+        assert supcon_loss(z, labels, tau).item() == pytest.approx(supcon_by_loop(z, labels.tolist(), tau), rel=1e-10)
+    # two views of the same images pull each image's views together: aligned views cost less
+    views = torch.cat([z, z])
+    shifted = torch.cat([z, z.roll(1, 0)])
+    two_view_labels = torch.arange(8).repeat(2)
+    assert supcon_loss(views, two_view_labels, 0.1) < supcon_loss(shifted, two_view_labels, 0.1)
+
+
+# ------------------------------------------------------------------ pretext transformations
+
+def test_rotation_labels_are_quarter_turns():
+    x = torch.rand(3, 1, 6, 6)
+    for k in range(4):
+        out = apply_pretext(x, torch.full((3,), k), "rotation")
+        assert torch.equal(out, torch.rot90(x, k, dims=(-2, -1)))
+    twice = apply_pretext(apply_pretext(x, torch.ones(3, dtype=torch.long), "rotation"),
+                          torch.ones(3, dtype=torch.long), "rotation")
+    assert torch.equal(twice, apply_pretext(x, torch.full((3,), 2), "rotation"))
+    assert n_pretext_classes("rotation") == 4
+
+
+def test_paper_labels_are_crop_then_rotation():
+    """On an image linear in the pixel coordinates a centred crop of extents (w, h) scales the slopes by
+    (w, h) exactly (bilinear resampling of a linear function, all samples inside the image)."""
+    size = 28
+    centres = (2 * torch.arange(size, dtype=torch.float32) + 1) / size - 1     # normalised pixel centres
+    yy, xx = torch.meshgrid(centres, centres, indexing="ij")
+    img = (3.0 * xx + 5.0 * yy)[None, None].expand(2, 1, size, size).contiguous()
+    assert n_pretext_classes("paper") == 16
+    for shape_idx, (w, h) in enumerate(SHAPES.values()):
+        cropped = apply_pretext(img, torch.full((2,), 4 * shape_idx), "paper")
+        assert torch.allclose(cropped, (3.0 * w * xx + 5.0 * h * yy).expand_as(cropped), atol=1e-5)
+        for k in range(4):
+            out = apply_pretext(img, torch.full((2,), 4 * shape_idx + k), "paper")
+            assert torch.allclose(out, torch.rot90(cropped, k, dims=(-2, -1)), atol=1e-6)
+    # the 0.67-area crop keeps sqrt(0.67) of each side; the aspect crops have width/height 0.67 and 1.33
+    w, h = SHAPES["scale-0.67"]
+    assert w * h == pytest.approx(0.67)
+    assert SHAPES["aspect-0.67"][0] / SHAPES["aspect-0.67"][1] == pytest.approx(0.67)
+    assert SHAPES["aspect-1.33"][0] / SHAPES["aspect-1.33"][1] == pytest.approx(1.33)
+
+
+def test_random_pretext_draws_one_transformation_per_sample():
+    x = torch.rand(64, 1, 8, 8)
+    out, labels = random_pretext(x, "paper", torch.Generator().manual_seed(0))
+    assert labels.shape == (64,) and labels.min() >= 0 and labels.max() < 16
+    assert len(labels.unique()) > 8                      # 64 draws over 16 classes
+    assert torch.equal(out, apply_pretext(x, labels, "paper"))
+
+
+# ------------------------------------------------------------------ the method
+
+def make(method, seed=0, buffer=50, **cfg):
+    torch.manual_seed(seed)
+    net = MLP((1, 28, 28), N_CLASSES)
+    full = {"lr": 0.1, "batch": 4, "replay_batch": 8, "buffer": buffer}
+    if method == "coca":
+        full.update({k: h.default for k, h in CoCa.hparams.items() if not h.required})
+    full.update(cfg)
+    ctx = MethodContext(device=torch.device("cpu"), n_classes=N_CLASSES, train_transform=to_unit_float,
+                        generator=torch.Generator().manual_seed(seed))
+    return METHODS[method](net, full, ctx)
+
+
+def batches(n_steps, size=4, seed=5):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(n_steps):
+        x_raw = torch.randint(0, 256, (size, 1, 28, 28), generator=g, dtype=torch.uint8)
+        yield to_unit_float(x_raw), torch.randint(0, N_CLASSES, (size,), generator=g), x_raw
+
+
+def test_all_switches_off_is_er():
+    er = make("er")
+    off = make("coca", ckd=False, pt=False, scl=False)
+    assert len(off.heads) == 0
+    for x, y, x_raw in batches(12):
+        assert torch.allclose(off.observe(x, y, x_raw), er.observe(x, y, x_raw), rtol=1e-6)
+    for p, q in zip(off.net.parameters(), er.net.parameters()):
+        assert torch.allclose(p, q, atol=1e-6)
+    # and the full method, on the same batches, is not ER
+    full, er = make("coca"), make("er")
+    for x, y, x_raw in batches(3):
+        loss_full, loss_er = full.observe(x, y, x_raw), er.observe(x, y, x_raw)
+    assert len(full.heads) == 2 and torch.isfinite(loss_full) and not torch.allclose(loss_full, loss_er)
+
+
+def test_buffer_stores_raw_images_labels_and_pre_update_logits():
+    m = make("coca", buffer=50)
+    (x1, y1, r1), (x2, y2, r2) = batches(2)
+    m.observe(x1, y1, r1)
+    before = copy.deepcopy(m.net)
+    m.observe(x2, y2, r2)            # replays the first batch: the stored logits must still be the stream's
+    ex, lab, logit = m.buffer.get("examples", "labels", "logits")   # below capacity: slot n = n-th sample
+    assert ex.dtype == torch.uint8 and torch.equal(ex, torch.cat([r1, r2])) and torch.equal(lab, torch.cat([y1, y2]))
+    with torch.no_grad():
+        assert torch.allclose(logit[4:], before(x2), atol=1e-6)
+        assert not torch.allclose(logit[4:], m.net(x2), atol=1e-6)   # the network did move
+
+
+def test_heads_are_trained_but_unused_at_evaluation():
+    m = make("coca")
+    head_params = list(m.heads.parameters())
+    in_optimizer = {id(p) for g in m.opt.param_groups for p in g["params"]}
+    assert head_params and all(id(p) in in_optimizer for p in head_params)
+    start = [p.detach().clone() for p in head_params]
+    for x, y, x_raw in batches(5):
+        m.observe(x, y, x_raw)
+    assert all(not torch.equal(p, s) for p, s in zip(head_params, start))
+
+    x_eval = torch.rand(10, 1, 28, 28)
+    reference = m.predict(x_eval)
+    with torch.no_grad():
+        for p in head_params:
+            p.add_(torch.randn_like(p))
+    assert torch.equal(m.predict(x_eval), reference)
+    with torch.no_grad():                        # the same check on the network does see the change
+        next(m.net.parameters()).add_(1.0)
+    assert not torch.equal(m.predict(x_eval), reference)
+
+
+def test_ckd_alone_leaves_the_projector_untouched():
+    """The affinity only shapes the detached target: with scl off nothing trains the projector."""
+    m = make("coca", pt=False, scl=False)
+    projector = [p.detach().clone() for p in m.heads["projector"].parameters()]
+    for x, y, x_raw in batches(5):
+        m.observe(x, y, x_raw)
+    assert all(torch.equal(p, q) for p, q in zip(m.heads["projector"].parameters(), projector))
+    assert "pretext" not in m.heads
+    # the paper's reading: the affinity of the backbone's own normalised features, no head at all
+    m = make("coca", pt=False, scl=False, ckd_embedding="backbone")
+    assert len(m.heads) == 0
+    for x, y, x_raw in batches(3):
+        assert torch.isfinite(m.observe(x, y, x_raw))
+
+
+@pytest.mark.parametrize("bad", [{"omega": 1.0}, {"gamma": 1.5}, {"pretext": "jigsaw"}, {"affinity": "cosine"}])
+def test_invalid_settings_are_rejected(bad):
+    with pytest.raises(ValueError):
+        make("coca", **bad)
+
+
+TABLE3 = {  # Table 3's rows as variants of the one class
+    "coca-none": (False, False, False), "coca-ckd": (True, False, False), "coca-pt": (False, True, False),
+    "coca-scl": (False, False, True), "coca-pt-scl": (False, True, True), "coca-ckd-pt": (True, True, False),
+    "coca-ckd-scl": (True, False, True), "coca": (True, True, True),
+}
+
+
+def synthetic_source(per_class=40, test_per_class=10, seed=0):
+    """A small stand-in for mnist-bundled, shaped as the sources' data dict."""
+    g = torch.Generator().manual_seed(seed)
+    make_x = lambda n: torch.randint(0, 256, (n * 10, 1, 28, 28), generator=g, dtype=torch.uint8)
+    return {"train_x": make_x(per_class), "train_y": torch.arange(10).repeat_interleave(per_class),
+            "test_x": make_x(test_per_class), "test_y": torch.arange(10).repeat_interleave(test_per_class),
+            "classes": [str(d) for d in range(10)]}
+
+
+def test_table3_variants_train_through_run_seed_without_boundaries(monkeypatch):
+    def refuse(self, task):
+        raise AssertionError("a general-continual method was handed a task boundary")
+    monkeypatch.setattr(CoCa, "begin_task", refuse)
+    monkeypatch.setattr(CoCa, "end_task", refuse)
+    assert not CoCa.needs_boundaries
+
+    bench_cfg = {"kind": "mnist-360", "source": "mnist-bundled", "backbone": "mlp", "epochs": 1}
+    methods = {name: {"base": "coca", "ckd": c, "pt": p, "scl": s} for name, (c, p, s) in TABLE3.items()}
+    methods["coca"] = {}
+    methods["coca-g001"] = {"base": "coca", "gamma": 0.01, "affinity": "code", "pretext": "rotation"}
+    runs = {f"m-{name}": {"benchmark": "mnist-360", "method": name, "buffer": 30, "lr": 0.1, "batch": 8,
+                          "replay_batch": 8} for name in methods}
+    params = {"seeds": [0], "sources": {"mnist-bundled": {}}, "benchmarks": {"mnist-360": bench_cfg},
+              "methods": methods, "runs": runs}
+    validate(params)
+    bench = mnist360.build_benchmark(synthetic_source())
+    for key in runs:
+        cfg = resolve_run(params, key)
+        assert cfg["algorithm"] == "coca"
+        result = run_seed(bench, bench_cfg, cfg, 0, torch.device("cpu"))
+        assert result["steps"] > 20 and 0.0 <= result["class_il"] <= 100.0
+        assert all(math.isfinite(v) for v in result["loss_curve"])
