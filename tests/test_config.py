@@ -89,6 +89,20 @@ def test_resolve_merges_method_block_and_variant_base():
     assert "base" not in run
 
 
+def test_variant_must_carry_its_base_settings_through_a_merge_key():
+    """A train stage depends only on its own method's block: a variant that silently inherited its
+    base's settings would not re-run when they change, so it must merge them in (YAML `<<`)."""
+    p = params()
+    p["methods"]["er"] = {"lr": 0.05}
+    p["methods"]["er-x"] = {"base": "er", "replay_batch": 4}
+    with pytest.raises(ParamsError, match=r"methods.er-x: a variant of 'er' must carry 'er'.s settings \['lr'\]"):
+        validate(p)
+    merged = yaml.safe_load("methods: {er: &er {lr: 0.05}, er-x: {<<: *er, base: er, replay_batch: 4}}")["methods"]
+    assert merged["er-x"] == {"lr": 0.05, "base": "er", "replay_batch": 4}
+    p["methods"] = {**p["methods"], **merged}
+    validate(p)
+
+
 @pytest.mark.parametrize("profile", ["profiles/paper.yaml", "profiles/ci.yaml"])
 def test_every_profile_is_valid(profile):
     with open(profile) as f:

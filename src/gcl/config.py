@@ -80,6 +80,7 @@ def validate(params: dict) -> None:
         _validate_benchmark(name, b, params["sources"])
     for name, m in params["methods"].items():
         _check_keys(f"methods.{name}", m or {}, set(METHODS[algorithm_of(params, name)].hparams) | {"base"})
+        _check_variant_inherits(params["methods"], name)
     cells = {}
     for key, run in params["runs"].items():
         resolved = resolve_run(params, key)
@@ -106,6 +107,21 @@ def _validate_benchmark(name: str, b: dict, sources: dict) -> None:
         raise ParamsError(f"{where}.backbone: unknown backbone {b['backbone']!r}; known: {sorted(BACKBONES)}")
     if not 0.0 <= b.get("validation_fraction", 0.0) < 1.0:
         raise ParamsError(f"{where}.validation_fraction must lie in [0, 1), got {b['validation_fraction']!r}")
+
+
+def _check_variant_inherits(methods: dict, name: str) -> None:
+    """A variant's block must hold its base's settings, written with a YAML merge key
+    (`coca-ckd: {<<: *coca, base: coca, pt: false}`): a train stage depends on its own method's block
+    only, so settings inherited any other way would not re-run the variant when the base changes."""
+    base = (methods[name] or {}).get("base")
+    if base is None or base == name or not methods.get(base):
+        return
+    block = methods[name]
+    missing = sorted(k for k in methods[base] if k not in block)
+    if missing:
+        raise ParamsError(f"methods.{name}: a variant of {base!r} must carry {base!r}'s settings {missing}; "
+                          f"anchor the base (`{base}: &{base} {{...}}`) and merge it into the variant "
+                          f"(`{name}: {{<<: *{base}, base: {base}, ...}}`) so that DVC re-runs the variant when they change")
 
 
 def resolve_run(params: dict, key: str) -> dict:

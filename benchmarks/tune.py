@@ -1,0 +1,90 @@
+"""Choose hyperparameters on a validation split held out from the training stream; the test set is never read.
+
+    python benchmarks/tune.py mnist-360-coca-500 --grid lr=0.1,0.2 lambda1=0.2,0.5,1.0 --seeds 0 1
+    python benchmarks/tune.py seq-mnist-er-200 --grid lr=0.03,0.1 --fraction 0.1
+
+The run's settings come from params.yaml (resolved as the train stage resolves them); every point of the
+grid overrides some of them. The benchmark is rebuilt in memory with `validation_fraction` of each
+class's training images held out (the stream is built from the rest) and evaluated on those, so the
+numbers printed are validation accuracies. Points and seeds train side by side in worker processes.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import multiprocessing
+import statistics
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+import torch
+import yaml
+from tabulate import tabulate
+
+from gcl.config import load_params, resolve_run
+from gcl.data.benchmarks import kind_of
+from gcl.data.sources import load_source
+from gcl.train import run_seed
+
+_BENCH: dict = {}   # the validation benchmark, built once in the parent and inherited by forked workers
+
+
+def parse_grid(items: list[str]) -> dict[str, list]:
+    """'lr=0.1,0.2' -> {'lr': [0.1, 0.2]}; values parse as YAML scalars (numbers, booleans, strings)."""
+    grid = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep or not key or not values:
+            raise SystemExit(f"--grid item {item!r} must read key=value[,value...], e.g. lr=0.1,0.2")
+        grid[key] = [yaml.safe_load(v) for v in values.split(",")]
+    return grid
+
+
+def _one(run_cfg: dict, bench_cfg: dict, seed: int) -> float:
+    torch.set_num_threads(bench_cfg.get("threads", 1))
+    return run_seed(_BENCH["bench"], bench_cfg, run_cfg, seed, torch.device("cpu"))["class_il"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", help="a key under runs: in params.yaml, the starting point")
+    parser.add_argument("--grid", nargs="+", default=[], help="key=v1,v2 ... (overrides of the run's settings)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    parser.add_argument("--fraction", type=float, default=0.1, help="share of each class's training images held out")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--params", default="params.yaml")
+    args = parser.parse_args(argv)
+    if not 0.0 < args.fraction < 1.0:
+        raise SystemExit(f"--fraction must lie in (0, 1), got {args.fraction}")
+
+    params = load_params(args.params)
+    grid = parse_grid(args.grid)
+    bench_name = params["runs"][args.run]["benchmark"] if args.run in params["runs"] else None
+    points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    configs = []
+    for point in points:   # each point is validated as a run of params.yaml would be
+        trial = {**params, "runs": {args.run: {**params["runs"].get(args.run, {}), **point}}}
+        configs.append(resolve_run(trial, args.run))
+    bench_cfg = {**params["benchmarks"][bench_name], "validation_fraction": args.fraction}
+    source = load_source(f"data/raw/{bench_cfg['source']}/data.pt")
+    _BENCH["bench"] = kind_of(bench_cfg).build(source, bench_cfg)
+    assert _BENCH["bench"]["evaluated_on"] == "validation"
+
+    jobs = [(i, seed) for i in range(len(configs)) for seed in args.seeds]
+    with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = {job: pool.submit(_one, configs[job[0]], bench_cfg, job[1]) for job in jobs}
+        scores = {job: f.result() for job, f in futures.items()}
+
+    rows = []
+    for i, point in enumerate(points):
+        accs = [scores[(i, s)] for s in args.seeds]
+        rows.append({**point, "val class-il mean": statistics.fmean(accs),
+                     "std": statistics.stdev(accs) if len(accs) > 1 else 0.0,
+                     "per seed": " ".join(f"{a:.2f}" for a in accs)})
+    rows.sort(key=lambda r: -r["val class-il mean"])
+    print(f"{args.run}: validation Class-IL % ({args.fraction:.0%} of each class held out), seeds {args.seeds}")
+    print(tabulate(rows, headers="keys", floatfmt=".2f"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""benchmarks/tune.py: a grid over a run's settings, scored on a held-out validation split."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from gcl.atomic import save_tensors
+from image_fixtures import labelled_source as source
+
+TUNE = Path(__file__).resolve().parents[1] / "benchmarks" / "tune.py"
+
+
+@pytest.fixture
+def tune():
+    spec = importlib.util.spec_from_file_location("tune_under_test", TUNE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module   # worker processes pickle its functions by module name
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+def test_grid_items_parse_as_yaml_scalars(tune):
+    assert tune.parse_grid(["lr=0.1,0.2", "scl=true,false", "pretext=paper"]) == {
+        "lr": [0.1, 0.2], "scl": [True, False], "pretext": ["paper"]}
+    with pytest.raises(SystemExit, match="key=value"):
+        tune.parse_grid(["lr"])
+
+
+def test_every_point_and_seed_is_scored_on_the_validation_split(tune, tmp_path, monkeypatch, capsys):
+    bench_cfg = {"kind": "sequential", "source": "mnist-bundled", "backbone": "mlp", "epochs": 1,
+                 "n_tasks": 5, "classes_per_task": 2, "augment": False, "threads": 1}
+    params = {"seeds": [0], "device": "cpu", "sources": {"mnist-bundled": {}}, "benchmarks": {"seq": bench_cfg},
+              "methods": {"er": {}},
+              "runs": {"seq-er-50": {"benchmark": "seq", "method": "er", "buffer": 50, "lr": 0.1, "batch": 8,
+                                     "replay_batch": 8}}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    save_tensors(tmp_path / "data" / "raw" / "mnist-bundled" / "data.pt", source(per_class=10))
+    monkeypatch.chdir(tmp_path)
+    tune.main(["seq-er-50", "--grid", "lr=0.05,0.1", "replay_batch=4", "--seeds", "0", "1", "--workers", "2"])
+    out = capsys.readouterr().out
+    assert "validation Class-IL" in out and "seeds [0, 1]" in out
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith("0.")]
+    assert sorted(r[0] for r in rows) == ["0.05", "0.10"] and all(r[1] == "4" for r in rows)
+    assert all(len(r) == 6 for r in rows)   # lr, replay_batch, mean, std, and one score per seed
+    assert not (tmp_path / "runs").exists()
+    # a malformed point stops before any training, naming the key
+    with pytest.raises(Exception, match="runs.seq-er-50.lr"):
+        tune.main(["seq-er-50", "--grid", "lr=fast"])
+    torch.set_num_threads(1)
