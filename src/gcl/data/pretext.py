@@ -16,16 +16,17 @@ aspect r keeps the largest centred crop of width/height r. Each crop is resized 
 size (bilinear), so no pixel outside the image is ever sampled (no padding on normalised inputs).
 The rotation, counter-clockwise by 90k degrees, is applied after the crop.
 
-Everything is batched on the images' device: one grid_sample for the crops, one for the rotations.
+Everything is batched on the images' device: one grid_sample for the crops (a variant has only four
+crops, so their sampling grids are built once per image size and device), and the rotations are
+exact quarter turns (torch.rot90) gathered per image.
 """
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
-
-from gcl.data.transforms import rotate
 
 N_ROTATIONS = 4
 # (width fraction, height fraction) of each centred crop, in the input's normalised coordinates
@@ -49,28 +50,38 @@ def decode(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return labels // N_ROTATIONS, labels % N_ROTATIONS
 
 
-def centred_crop(images: torch.Tensor, width: torch.Tensor, height: torch.Tensor) -> torch.Tensor:
-    """Each image's centred crop of relative size (width[i], height[i]) resized back to full size."""
+def crop_grid(width: torch.Tensor, height: torch.Tensor, shape: list[int]) -> torch.Tensor:
+    """Sampling grid of the centred crop of relative size (width[i], height[i]), resized to `shape`."""
     zero = torch.zeros_like(width)
     # affine_grid maps output coordinates in [-1, 1] to input coordinates: scaling them by the crop's
     # half-extents samples exactly the crop, stretched over the whole output
     theta = torch.stack([torch.stack([width, zero, zero], 1), torch.stack([zero, height, zero], 1)], 1)
-    grid = F.affine_grid(theta, list(images.shape), align_corners=False)
-    return F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
+    return F.affine_grid(theta, shape, align_corners=False)
+
+
+@lru_cache(maxsize=32)
+def _shape_grids(variant: str, height: int, width: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """One crop grid per shape of the variant, (n_shapes, H, W, 2): built once, gathered per image."""
+    extents = torch.tensor([SHAPES[s] for s in VARIANTS[variant]], dtype=dtype, device=device)
+    return crop_grid(extents[:, 0], extents[:, 1], [len(extents), 1, height, width])
+
+
+def quarter_turns(images: torch.Tensor, turns: torch.Tensor) -> torch.Tensor:
+    """Each image rotated counter-clockwise by turns[i] * 90 degrees: exact (a permutation of pixels)."""
+    rotated = torch.stack([torch.rot90(images, k, dims=(-2, -1)) for k in range(N_ROTATIONS)])
+    return rotated[turns, torch.arange(images.shape[0], device=images.device)]
 
 
 def apply_pretext(images: torch.Tensor, labels: torch.Tensor, variant: str) -> torch.Tensor:
     """The transformation that each proxy label names, applied to a float batch (N, C, H, W), H == W."""
     if images.shape[-1] != images.shape[-2]:
         raise ValueError(f"pretext rotations by 90 degrees need square images, got {tuple(images.shape[-2:])}")
-    shape_idx, quarter_turns = decode(labels.to(images.device))
+    shape_idx, turns = decode(labels.to(images.device))
     out = images
     if len(VARIANTS[variant]) > 1:
-        extents = torch.tensor([SHAPES[s] for s in VARIANTS[variant]], dtype=images.dtype, device=images.device)
-        size = extents[shape_idx]
-        out = centred_crop(images, size[:, 0], size[:, 1])
-    # multiples of 90 degrees map pixel centres onto pixel centres: nearest sampling is exact
-    return rotate(out, quarter_turns * 90)
+        grids = _shape_grids(variant, images.shape[-2], images.shape[-1], images.dtype, images.device)
+        out = F.grid_sample(images, grids[shape_idx], mode="bilinear", padding_mode="border", align_corners=False)
+    return quarter_turns(out, turns)
 
 
 def random_pretext(images: torch.Tensor, variant: str, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
