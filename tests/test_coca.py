@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gcl.backbones import MLP
+from gcl.backbones import MLP, ResNet18
 from gcl.config import resolve_run, validate
 from gcl.data import mnist360
 from gcl.data.pretext import SHAPES, apply_pretext, n_pretext_classes, random_pretext
@@ -229,6 +229,33 @@ def test_all_switches_off_is_er():
     for x, y, x_raw in batches(3):
         loss_full, loss_er = full.observe(x, y, x_raw), er.observe(x, y, x_raw)
     assert len(full.heads) == 2 and torch.isfinite(loss_full) and not torch.allclose(loss_full, loss_er)
+
+
+def test_one_concatenated_forward_without_batchnorm_trains_as_one_forward_per_role():
+    """The MLP has no BatchNorm: one forward of stream + b2, b1 and the view is the same function of
+    each input as three forwards, so training follows the same path (to rounding)."""
+    shared, per_role = make("coca"), make("coca")
+    assert not shared._per_role_forward
+    per_role._per_role_forward = True
+    for x, y, x_raw in batches(8):
+        assert torch.allclose(shared.observe(x, y, x_raw), per_role.observe(x, y, x_raw), rtol=1e-5)
+    for p, q in zip(shared.net.parameters(), per_role.net.parameters()):
+        assert torch.allclose(p, q, atol=1e-5)
+
+
+def test_batchnorm_backbones_forward_each_role_alone():
+    net = ResNet18((3, 8, 8), N_CLASSES)
+    ctx = MethodContext(device=torch.device("cpu"), n_classes=N_CLASSES, train_transform=lambda x: x.float(),
+                        generator=torch.Generator().manual_seed(0))
+    cfg = {k: h.default for k, h in CoCa.hparams.items() if not h.required}
+    m = CoCa(net, {**cfg, "lr": 0.1, "batch": 4, "replay_batch": 4, "buffer": 20}, ctx)
+    assert m._per_role_forward
+    calls = []
+    net.features = lambda x, f=net.features: calls.append(x.shape[0]) or f(x)
+    for _ in range(2):
+        x_raw = torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8)
+        m.observe(x_raw.float(), torch.randint(0, N_CLASSES, (4,)), x_raw)
+    assert calls == [4, 4, 8, 4, 8]   # step 1: stream, view; step 2: stream + b2, b1, view
 
 
 def test_buffer_stores_raw_images_labels_and_pre_update_logits():

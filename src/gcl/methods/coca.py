@@ -16,9 +16,10 @@ replaced by o*"):
   L_SCL: supervised contrastive loss (Khosla et al. 2020) over two views (original, transformed)
   of the projector's normalised embeddings. Both run on the stream batch concatenated with b2, and
   the transformed view is shared by both (the authors' code; one transformation per sample).
-- One forward per role: stream + b2 (ER's forward), b1 (DER's), the transformed view. On the MLP
-  this equals one concatenated forward; with BatchNorm it keeps each role's batch statistics apart,
-  as the DER/DER++ implementations do.
+- One forward per role with BatchNorm: stream + b2 (ER's forward), b1 (DER's), the transformed
+  view, so each role keeps its own batch statistics, as the DER/DER++ implementations do. Without
+  BatchNorm (the MLP) the three are one forward of their concatenation, the same function of each
+  input in fewer operations.
 
 Relation to DER++ (L = CE_s + alpha * MSE(b1) + beta * CE(b2)): lambda1 plays alpha's role and
 L_base replaces CE_s + beta * CE(b2) with ER's concatenated CE. When batch == replay_batch the
@@ -171,6 +172,7 @@ class CoCa(Method):
         super().__init__(net, cfg, ctx)
         self._check(cfg)
         self.ckd, self.pt, self.scl = cfg["ckd"], cfg["pt"], cfg["scl"]
+        self._per_role_forward = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in net.modules())
         feat_dim = net.feat_dim
         heads = nn.ModuleDict()
         if self.scl or (self.ckd and cfg["ckd_embedding"] == "projector"):
@@ -193,6 +195,15 @@ class CoCa(Method):
             if cfg[key] not in allowed:
                 raise ValueError(f"coca: {key} must be one of {allowed}, got {cfg[key]!r}")
 
+    def _features(self, roles: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Backbone features of each role's batch. With BatchNorm (the image backbones) one forward per
+        role, as ER (stream + b2) and DER (b1 alone) do: a shared forward would normalise each role with
+        the others' batch statistics. Without it (the MLP) one forward of the concatenation is the same
+        function of each input, in fewer, larger operations."""
+        if self._per_role_forward:
+            return [self.net.features(x) for x in roles]
+        return list(self.net.features(torch.cat(roles)).split([x.shape[0] for x in roles]))
+
     def _embed(self, feats: torch.Tensor) -> torch.Tensor:
         return F.normalize(self.heads["projector"](feats), dim=1)
 
@@ -206,22 +217,23 @@ class CoCa(Method):
             inputs, labels = torch.cat([x, buf_x]), torch.cat([y, buf_y])
             if self.ckd:
                 b1 = self.replay_batch(cfg["replay_batch"], "logits")
-        # one forward per role, as ER (stream + b2 together) and DER (b1 alone) do: with BatchNorm (the
-        # image backbones) a shared forward would normalise each role with the others' batch statistics
-        feats = self.net.features(inputs)
+        x_view = None
+        if self.pt or self.scl:
+            # one random transformation per sample, shared by the pretext task and the second view of SCL
+            x_view, pt_labels = random_pretext(inputs, cfg["pretext"], self.ctx.generator)
+        roles = [inputs] + ([b1[0]] if b1 is not None else []) + ([x_view] if x_view is not None else [])
+        feats, *rest = self._features(roles)
         logits = self.net.classifier(feats)
         loss = F.cross_entropy(logits, labels)
 
         if b1 is not None:
-            f_b1 = self.net.features(b1[0])
+            f_b1 = rest.pop(0)
             with torch.no_grad():   # the target is detached: its embeddings need no graph
                 z = self._embed(f_b1) if cfg["ckd_embedding"] == "projector" else F.normalize(f_b1, dim=1)
             loss = loss + cfg["lambda1"] * ckd_loss(self.net.classifier(f_b1), b1[1], z, cfg["omega"],
                                                     cfg["gamma"], cfg["affinity"], cfg["affinity_c"])
-        if self.pt or self.scl:
-            # one random transformation per sample, shared by the pretext task and the second view of SCL
-            x_view, pt_labels = random_pretext(inputs, cfg["pretext"], self.ctx.generator)
-            f_view = self.net.features(x_view)
+        if x_view is not None:
+            f_view = rest.pop(0)
             css = 0.0
             if self.pt:
                 css = css + F.cross_entropy(self.heads["pretext"](f_view), pt_labels)
