@@ -42,7 +42,8 @@ def test_tables_put_our_mean_std_beside_the_paper(params):
     er_row = next(line for line in tables.splitlines() if line.startswith("| er "))
     assert "51.00 ± 1.41" in er_row and "49.27" in er_row            # ours beside the paper's ER-200
     assert "bundled digits" in tables
-    ablation = tables.split("## Table 3")[1]
+    table1, ablation = tables.split("## Table 1")[1].split("## Table 3")
+    assert "| coca " in table1 and "coca-ckd" not in table1          # partial configurations: Table 3 only
     assert "| CKD " in ablation and "56.71" in ablation and "55.00 ± 0.00" in ablation
     assert "| CKD+PT+SCL (CoCa) " in ablation and "67.02" in ablation and "62.00 ± 2.83" in ablation
     assert "Table 2" not in tables                                    # no tasks: no Task-IL table

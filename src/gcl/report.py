@@ -74,8 +74,10 @@ def _buffer_key(b: str):
 
 
 def default_rows(methods) -> list[tuple[str, str, tuple | None]]:
-    """(label, our method, (paper table or None for the table at hand, paper method)) in the paper's order."""
-    return [(m, m, PAPER_ROW.get(m, (None, m))) for m in _method_order(methods)]
+    """(label, our method, (paper table or None for the table at hand, paper method)) in the paper's order.
+    Table 3's partial CoCa configurations are left to Table 3."""
+    partial = {ours for _, ours, _ in ABLATION_ROWS if ours not in ("er", "coca")}
+    return [(m, m, PAPER_ROW.get(m, (None, m))) for m in _method_order(methods) if m not in partial]
 
 
 def accuracy_table(summary: pd.DataFrame, paper: pd.DataFrame, benchmark: str, metric: str,

@@ -21,10 +21,11 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from torchvision.datasets import CIFAR10, CIFAR100
-from torchvision.datasets.utils import check_integrity, download_url, extract_archive
 
 from gcl.data.sources import SourceError, register_source
+
+# torchvision is imported inside the functions that read or download files: importing it takes about
+# a second (it pulls in torch._dynamo), which every train stage would otherwise pay for nothing.
 
 # mean / std per channel, in [0, 1] units, as the reference framework (mammoth) normalises
 NORMALIZATION = {
@@ -49,6 +50,7 @@ def _cifar_files(cls) -> dict[str, str]:
 
 
 def _first_bad_file(folder: Path, files: dict[str, str]) -> tuple[Path, str] | None:
+    from torchvision.datasets.utils import check_integrity
     for name, md5 in files.items():
         path = folder / name
         if not path.exists():
@@ -67,6 +69,7 @@ def _cifar_fix(name: str, cls, root: Path) -> str:
 
 def _fetch_cifar_archive(name: str, cls, cfg: dict, root: Path, problem: str) -> None:
     """Put the original files under `root/<base_folder>`: from a local archive, or by downloading one."""
+    from torchvision.datasets.utils import check_integrity, download_url, extract_archive
     if cfg.get("archive"):
         archive = Path(cfg["archive"])
         if not archive.is_file():
@@ -119,12 +122,14 @@ def load_cifar(name: str, cls, cfg: dict, root: Path) -> dict:
 @register_source("cifar10")
 def cifar10(cfg: dict, download_dir: Path) -> dict:
     """CIFAR-10: 50,000 / 10,000 images of 32x32x3, classes in the dataset's label order."""
+    from torchvision.datasets import CIFAR10
     return load_cifar("cifar10", CIFAR10, cfg, download_dir)
 
 
 @register_source("cifar100")
 def cifar100(cfg: dict, download_dir: Path) -> dict:
     """CIFAR-100 with its 100 fine labels."""
+    from torchvision.datasets import CIFAR100
     return load_cifar("cifar100", CIFAR100, cfg, download_dir)
 
 
@@ -204,6 +209,7 @@ def _decode(files: _Files, names: list[str]) -> torch.Tensor:
 
 def _locate_tiny(cfg: dict, root: Path) -> Path:
     """The archive (or extracted folder) to read, checked or downloaded."""
+    from torchvision.datasets.utils import check_integrity, download_url
     md5 = cfg.get("md5", TINY_MD5)
     if cfg.get("archive"):
         where = Path(cfg["archive"])
