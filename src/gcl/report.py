@@ -15,15 +15,17 @@ import pandas as pd
 from gcl.atomic import atomic_path, write_json, write_text
 from gcl.config import cell_dir, resolve_run
 
-# Row order of the paper's tables; methods outside it follow, alphabetically.
+# Row order of the paper's tables, our variants after their method; other methods follow, alphabetically.
 PAPER_ORDER = ["joint", "sgd", "lwf", "oewc", "si", "cndpm", "gem", "icarl", "fdr", "hal",
-               "er", "agem", "gss", "der", "derpp", "coca"]
+               "er", "agem", "gss", "der", "derpp", "derpp-tuned", "coca", "coca-g001"]
 
 # Where our row is compared with another row of the paper: the CoCa paper's "DER" row holds the
 # DER paper's DER++ numbers, so it sits beside our derpp; our der sits beside the DER paper's own
 # DER numbers (reference/der_paper_results.csv, table "der_paper").
-PAPER_ROW = {"derpp": (None, "der"), "der": ("der_paper", "der")}
+PAPER_ROW = {"derpp": (None, "der"), "derpp-tuned": (None, "der"), "der": ("der_paper", "der")}
 FOOTNOTES = {"derpp": "derpp's paper column is the CoCa paper's \"DER\" row, which holds the DER paper's DER++ numbers.",
+             "derpp-tuned": "derpp-tuned is DER++ with settings chosen on a validation split (params.yaml records the "
+                            "grid); its paper column is the same \"DER\" row.",
              "der": "der's paper column is plain DER as the DER paper reports it (the CoCa paper has no plain-DER row)."}
 
 # Table 3: our variant names (all configurations of the one CoCa class) and the paper's rows.
