@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 from torchvision.datasets import CIFAR10, CIFAR100
 from PIL import Image
 
@@ -170,3 +171,16 @@ def labelled_source(per_class=12, test_per_class=3, classes=10, channels=1, size
     if stats:
         out.update(mean=[0.5] * channels, std=[0.25] * channels)
     return out
+
+
+SEQ_BENCHMARK = {"kind": "sequential", "source": "mnist-bundled", "backbone": "mlp", "epochs": 1,
+                 "n_tasks": 5, "classes_per_task": 2, "augment": False, "threads": 1}
+
+
+def write_er_params(folder: Path, key: str = "seq-er-50") -> dict:
+    """A params.yaml in `folder` with one ER run on a 5-task sequential benchmark named "seq"."""
+    params = {"seeds": [0], "device": "cpu", "sources": {"mnist-bundled": {}}, "benchmarks": {"seq": dict(SEQ_BENCHMARK)},
+              "methods": {"er": {}},
+              "runs": {key: {"benchmark": "seq", "method": "er", "buffer": 50, "lr": 0.1, "batch": 8, "replay_batch": 8}}}
+    (folder / "params.yaml").write_text(yaml.safe_dump(params))
+    return params

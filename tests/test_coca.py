@@ -274,7 +274,7 @@ def test_buffer_stores_raw_images_labels_and_pre_update_logits():
 def test_heads_are_trained_but_unused_at_evaluation():
     m = make("coca")
     head_params = list(m.heads.parameters())
-    in_optimizer = {id(p) for g in m.opt.param_groups for p in g["params"]}
+    in_optimizer = {id(p) for p in m.params}
     assert head_params and all(id(p) in in_optimizer for p in head_params)
     start = [p.detach().clone() for p in head_params]
     for x, y, x_raw in batches(5):

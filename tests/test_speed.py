@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from gcl.data.benchmarks import build_benchmark
-from image_fixtures import labelled_source as source
+from image_fixtures import SEQ_BENCHMARK, write_er_params, labelled_source as source
 
 SPEED = Path(__file__).resolve().parents[1] / "benchmarks" / "speed.py"
 
@@ -43,14 +42,8 @@ def test_bf16_and_channels_last_options_run(speed, capsys):
 
 
 def test_time_one_cell_of_a_params_file(speed, tmp_path, monkeypatch, capsys):
-    bench_cfg = {"kind": "sequential", "source": "mnist-bundled", "backbone": "mlp", "epochs": 1,
-                 "n_tasks": 5, "classes_per_task": 2, "augment": False, "threads": 1}
-    params = {"seeds": [0], "device": "cpu", "sources": {"mnist-bundled": {}}, "benchmarks": {"seq": bench_cfg},
-              "methods": {"er": {}},
-              "runs": {"seq-er-50": {"benchmark": "seq", "method": "er", "buffer": 50, "lr": 0.1, "batch": 8,
-                                     "replay_batch": 8}}}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    build_benchmark(bench_cfg, source(per_class=8), tmp_path / "data" / "benchmarks" / "seq")
+    write_er_params(tmp_path)
+    build_benchmark(SEQ_BENCHMARK, source(per_class=8), tmp_path / "data" / "benchmarks" / "seq")
     monkeypatch.chdir(tmp_path)
     assert speed.main(["--cell", "seq-er-50"]) is None
     out = capsys.readouterr().out

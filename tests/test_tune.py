@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from gcl.atomic import save_tensors
-from image_fixtures import labelled_source as source
+from image_fixtures import write_er_params, labelled_source as source
 
 TUNE = Path(__file__).resolve().parents[1] / "benchmarks" / "tune.py"
 
@@ -33,13 +32,7 @@ def test_grid_items_parse_as_yaml_scalars(tune):
 
 
 def test_every_point_and_seed_is_scored_on_the_validation_split(tune, tmp_path, monkeypatch, capsys):
-    bench_cfg = {"kind": "sequential", "source": "mnist-bundled", "backbone": "mlp", "epochs": 1,
-                 "n_tasks": 5, "classes_per_task": 2, "augment": False, "threads": 1}
-    params = {"seeds": [0], "device": "cpu", "sources": {"mnist-bundled": {}}, "benchmarks": {"seq": bench_cfg},
-              "methods": {"er": {}},
-              "runs": {"seq-er-50": {"benchmark": "seq", "method": "er", "buffer": 50, "lr": 0.1, "batch": 8,
-                                     "replay_batch": 8}}}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    write_er_params(tmp_path)
     save_tensors(tmp_path / "data" / "raw" / "mnist-bundled" / "data.pt", source(per_class=10))
     monkeypatch.chdir(tmp_path)
     tune.main(["seq-er-50", "--grid", "lr=0.05,0.1", "replay_batch=4", "--seeds", "0", "1", "--workers", "2"])

@@ -30,10 +30,6 @@ class AGEM(Method):
     uses_buffer = True
     hparams = {**Method.hparams, "replay_batch": required(int)}
 
-    def __init__(self, net, cfg, ctx):
-        super().__init__(net, cfg, ctx)
-        self.params = [p for p in net.parameters() if p.requires_grad]
-
     def _flat_grad(self, loss: torch.Tensor) -> torch.Tensor:
         return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, self.params)])
 
@@ -48,6 +44,6 @@ class AGEM(Method):
             # write the projected gradient back into .grad, parameter by parameter, and step
             for p, gp in zip(self.params, torch.split(project(g, g_ref), [p.numel() for p in self.params])):
                 p.grad = gp.view_as(p)
-            self.opt.step()
+            self.apply_gradients()
         self.buffer.add(examples=x_raw, labels=y)
         return loss.detach()

@@ -57,7 +57,7 @@ class Method:
         self.net = net
         self.cfg = cfg
         self.ctx = ctx
-        self.opt = torch.optim.SGD(net.parameters(), lr=cfg["lr"])
+        self.params = [p for p in net.parameters() if p.requires_grad]   # what an update moves; heads append
         self.buffer = ReservoirBuffer(cfg["buffer"], ctx.device, ctx.generator) if self.uses_buffer else None
 
     def observe(self, x: torch.Tensor, y: torch.Tensor, x_raw: torch.Tensor) -> torch.Tensor:
@@ -65,10 +65,20 @@ class Method:
         raise NotImplementedError
 
     def sgd_step(self, loss: torch.Tensor) -> torch.Tensor:
-        self.opt.zero_grad(set_to_none=True)
+        for p in self.params:
+            p.grad = None
         loss.backward()
-        self.opt.step()
+        self.apply_gradients()
         return loss.detach()
+
+    @torch.no_grad()
+    def apply_gradients(self) -> None:
+        """Plain SGD, p -= lr * p.grad (no momentum or weight decay: the reference framework's optimiser),
+        as one multi-tensor op. The same update as torch.optim.SGD (tested), which is not used because
+        its first construction imports torch._dynamo: ~1.8 s that every train stage would pay."""
+        with_grad = [p for p in self.params if p.grad is not None]
+        if with_grad:
+            torch._foreach_add_(with_grad, [p.grad for p in with_grad], alpha=-self.cfg["lr"])
 
     def replay_batch(self, size: int, *names: str) -> tuple[torch.Tensor, ...]:
         """A random buffer batch of the given fields, the examples freshly augmented."""

@@ -181,8 +181,7 @@ class CoCa(Method):
             heads["pretext"] = mlp_head(feat_dim, n_pretext_classes(cfg["pretext"]))
         # kept outside self.net, so evaluation (Method.predict -> self.net) cannot reach them
         self.heads = heads.to(ctx.device)
-        if len(heads):
-            self.opt.add_param_group({"params": list(heads.parameters())})
+        self.params += list(heads.parameters())
 
     @staticmethod
     def _check(cfg: dict) -> None:
