@@ -49,6 +49,20 @@ def test_tables_put_our_mean_std_beside_the_paper(params):
     assert "Table 2" not in tables                                    # no tasks: no Task-IL table
 
 
+def test_ablation_baseline_is_coca_with_every_switch_off_where_it_ran(params):
+    """Table 3's first row: the all-off configuration at CoCa's own settings when it was run (ER's
+    published settings can differ), ER's row otherwise; either way beside the paper's ER."""
+    params["methods"]["coca-off"] = {"base": "er"}
+    params["runs"]["coca-off-200"] = {"benchmark": "mnist-360", "method": "coca-off", "buffer": 200,
+                                      "lr": 0.1, "batch": 4, "replay_batch": 8}
+    fake_cell("mnist-360", "coca-off", 200, [47.0, 49.0])
+    write_report(params, "results", PAPER)
+    table1, ablation = Path("results/tables.md").read_text().split("## Table 1")[1].split("## Table 3")
+    first = next(line for line in ablation.splitlines() if line.startswith("| ER"))
+    assert first.startswith("| ER (all off)") and "48.00 ± 1.41" in first and "49.27" in first
+    assert "coca-off" not in table1
+
+
 def test_summary_and_headline(params):
     write_report(params, "results", PAPER)
     rows = Path("results/summary.csv").read_text().strip().splitlines()

@@ -29,7 +29,7 @@ FOOTNOTES = {"derpp": "derpp's paper column is the CoCa paper's \"DER\" row, whi
              "der": "der's paper column is plain DER as the DER paper reports it (the CoCa paper has no plain-DER row)."}
 
 # Table 3: our variant names (all configurations of the one CoCa class) and the paper's rows.
-ABLATION_ROWS = [("ER", "er", "er"), ("CKD", "coca-ckd", "coca[ckd]"), ("PT", "coca-pt", "coca[pt]"),
+ABLATION_ROWS = [("ER (all off)", "coca-off", "er"), ("CKD", "coca-ckd", "coca[ckd]"), ("PT", "coca-pt", "coca[pt]"),
                  ("SCL", "coca-scl", "coca[scl]"), ("PT+SCL", "coca-pt-scl", "coca[pt+scl]"),
                  ("CKD+PT", "coca-ckd-pt", "coca[ckd+pt]"), ("CKD+SCL", "coca-ckd-scl", "coca[ckd+scl]"),
                  ("CKD+PT+SCL (CoCa)", "coca", "coca")]
@@ -78,7 +78,7 @@ def _buffer_key(b: str):
 def default_rows(methods) -> list[tuple[str, str, tuple | None]]:
     """(label, our method, (paper table or None for the table at hand, paper method)) in the paper's order.
     Table 3's partial CoCa configurations are left to Table 3."""
-    partial = {ours for _, ours, _ in ABLATION_ROWS if ours not in ("er", "coca")}
+    partial = {ours for _, ours, _ in ABLATION_ROWS if ours != "coca"}
     return [(m, m, PAPER_ROW.get(m, (None, m))) for m in _method_order(methods) if m not in partial]
 
 
@@ -109,7 +109,10 @@ def ablation_rows(summary: pd.DataFrame, benchmark: str) -> list | None:
     present = set(summary[summary.benchmark == benchmark].method)
     if not any(m.startswith("coca-") for m in present):
         return None
-    return [(label, ours, (None, theirs)) for label, ours, theirs in ABLATION_ROWS if ours in present]
+    rows = [(label, ours, (None, theirs)) for label, ours, theirs in ABLATION_ROWS if ours in present]
+    if "coca-off" not in present and "er" in present:   # ER at its own settings stands in for "all off"
+        rows.insert(0, ("ER", "er", (None, "er")))
+    return rows
 
 
 def cost_table(summary: pd.DataFrame) -> str:
