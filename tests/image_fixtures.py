@@ -47,14 +47,21 @@ def _pickle(path: Path, obj: dict) -> None:
         pickle.dump(obj, f, protocol=2)
 
 
+def _cifar_split(classes: int, train_per_class: int, test_per_class: int, seed: int) -> dict:
+    """Class-mixed labels and 32x32 images of a CIFAR-like train and test split."""
+    rng = np.random.default_rng(seed)
+    train_y = rng.permutation(np.repeat(np.arange(classes), train_per_class))
+    test_y = rng.permutation(np.repeat(np.arange(classes), test_per_class))
+    return {"train_x": class_images(train_y, 32, rng), "train_y": train_y,
+            "test_x": class_images(test_y, 32, rng), "test_y": test_y}
+
+
 def write_cifar10(root: Path, train_per_class: int = 10, test_per_class: int = 4, seed: int = 0) -> dict:
     """cifar-10-batches-py/ under `root`; the training images spread over the five batches, in class-mixed order."""
-    rng = np.random.default_rng(seed)
     folder = root / CIFAR10.base_folder
     folder.mkdir(parents=True, exist_ok=True)
-    train_y = rng.permutation(np.repeat(np.arange(10), train_per_class))
-    test_y = rng.permutation(np.repeat(np.arange(10), test_per_class))
-    train_x, test_x = class_images(train_y, 32, rng), class_images(test_y, 32, rng)
+    split = _cifar_split(10, train_per_class, test_per_class, seed)
+    train_x, train_y, test_x, test_y = split["train_x"], split["train_y"], split["test_x"], split["test_y"]
     for b, part in enumerate(np.array_split(np.arange(len(train_y)), 5)):
         _pickle(folder / f"data_batch_{b + 1}", {"batch_label": f"training batch {b + 1} of 5",
                                                  "labels": train_y[part].tolist(),
@@ -64,23 +71,21 @@ def write_cifar10(root: Path, train_per_class: int = 10, test_per_class: int = 4
                                     "data": test_x.reshape(len(test_y), -1),
                                     "filenames": [f"test_{i}.png" for i in range(len(test_y))]})
     _pickle(folder / "batches.meta", {"num_cases_per_batch": 10000, "label_names": CIFAR10_NAMES, "num_vis": 3072})
-    return {"train_x": train_x, "train_y": train_y, "test_x": test_x, "test_y": test_y}
+    return split
 
 
 def write_cifar100(root: Path, train_per_class: int = 2, test_per_class: int = 1, seed: int = 0) -> dict:
-    rng = np.random.default_rng(seed)
     folder = root / CIFAR100.base_folder
     folder.mkdir(parents=True, exist_ok=True)
-    train_y = rng.permutation(np.repeat(np.arange(100), train_per_class))
-    test_y = rng.permutation(np.repeat(np.arange(100), test_per_class))
-    train_x, test_x = class_images(train_y, 32, rng), class_images(test_y, 32, rng)
+    split = _cifar_split(100, train_per_class, test_per_class, seed)
+    train_x, train_y, test_x, test_y = split["train_x"], split["train_y"], split["test_x"], split["test_y"]
     for name, x, y in (("train", train_x, train_y), ("test", test_x, test_y)):
         _pickle(folder / name, {"filenames": [f"{name}_{i}.png" for i in range(len(y))], "batch_label": name,
                                 "fine_labels": y.tolist(), "coarse_labels": (y // 5).tolist(),
                                 "data": x.reshape(len(y), -1)})
     _pickle(folder / "meta", {"fine_label_names": [f"fine{i}" for i in range(100)],
                               "coarse_label_names": [f"coarse{i}" for i in range(20)]})
-    return {"train_x": train_x, "train_y": train_y, "test_x": test_x, "test_y": test_y}
+    return split
 
 
 def cifar_checksums(monkeypatch, cls, folder: Path, archive: Path | None = None) -> None:

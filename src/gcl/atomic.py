@@ -54,5 +54,8 @@ def write_json(path: str | Path, obj: Any) -> None:
 
 
 def save_tensors(path: str | Path, obj: Any) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
+    """torch.save, atomically and byte-reproducibly: given a path, torch names the archive's records
+    after the (random) temporary file; given a file object, always "archive/", so the same tensors
+    give the same bytes and DVC's hash of an output does not change between runs."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        torch.save(obj, f)
