@@ -253,10 +253,11 @@ def plot_tsne(bench: str, cells: list[dict], path: Path) -> Path:
     for ax, c in zip(axes[0], cells):
         saved = torch.load(cell_dir(c) / "features.pt", weights_only=True)
         xy = TSNE(n_components=2, init="pca", perplexity=30, random_state=0).fit_transform(saved["features"].float().numpy())
-        ax.scatter(xy[:, 0], xy[:, 1], c=saved["labels"].numpy(), cmap="tab10", s=3)
+        points = ax.scatter(xy[:, 0], xy[:, 1], c=saved["labels"].numpy(), cmap="tab10", s=3)
         ax.set_title(f"{c['method']} ({c['buffer']})", fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])
+    fig.legend(*points.legend_elements(), title="class", loc="center right", fontsize=7, title_fontsize=8)
     fig.suptitle(f"{bench}: t-SNE of test features (seed {saved['seed']})")
     return _save(fig, path)
 
