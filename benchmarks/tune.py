@@ -21,7 +21,7 @@ import torch
 import yaml
 from tabulate import tabulate
 
-from gcl.config import load_params, resolve_run
+from gcl.config import load_params, resolve_run, source_file
 from gcl.data.benchmarks import kind_of
 from gcl.data.sources import load_source
 from gcl.train import run_seed
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
         trial = {**params, "runs": {args.run: {**params["runs"].get(args.run, {}), **point}}}
         configs.append(resolve_run(trial, args.run))
     bench_cfg = {**params["benchmarks"][bench_name], "validation_fraction": args.fraction}
-    source = load_source(f"data/raw/{bench_cfg['source']}/data.pt")
+    source = load_source(source_file(bench_cfg["source"]))
     _BENCH["bench"] = kind_of(bench_cfg).build(source, bench_cfg)
     assert _BENCH["bench"]["evaluated_on"] == "validation"
 

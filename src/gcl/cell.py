@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from gcl.atomic import save_tensors, write_json
-from gcl.config import cell_dir, fingerprint, resolve_run
+from gcl.config import benchmark_file, cell_dir, fingerprint, resolve_run
 from gcl.data.benchmarks import load_benchmark
 from gcl.train import resolve_device, run_seed
 
@@ -44,7 +44,7 @@ def train_cell(params: dict, key: str) -> Path:
     bench_cfg = params["benchmarks"][run_cfg["benchmark"]]
     device = resolve_device(params.get("device", "auto"))
     torch.set_num_threads(bench_cfg.get("threads", 1))
-    bench_path = f"data/benchmarks/{run_cfg['benchmark']}/benchmark.pt"
+    bench_path = str(benchmark_file(run_cfg["benchmark"]))
     progress = PROGRESS_DIR / key
     features = progress / "features.pt"
 

@@ -178,6 +178,16 @@ def algorithm_of(params: dict, method_name: str) -> str:
     return algorithm
 
 
+# The on-disk layout that dvc.yaml's outs name: prepare@ writes a source's data.pt, benchmark@ its
+# benchmark.pt, train@ a cell's folder.
+def source_file(name: str) -> Path:
+    return Path("data", "raw", name, "data.pt")
+
+
+def benchmark_file(name: str) -> Path:
+    return Path("data", "benchmarks", name, "benchmark.pt")
+
+
 def cell_dir(run_cfg: dict) -> Path:
     return Path("runs") / run_cfg["benchmark"] / run_cfg["method"] / str(run_cfg["buffer"])
 
