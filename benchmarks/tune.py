@@ -58,14 +58,15 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--fraction must lie in (0, 1), got {args.fraction}")
 
     params = load_params(args.params)
+    if args.run not in params["runs"]:
+        raise SystemExit(f"{args.run!r} is not a run of {args.params}; its runs: {sorted(params['runs'])}")
     grid = parse_grid(args.grid)
-    bench_name = params["runs"][args.run]["benchmark"] if args.run in params["runs"] else None
     points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     configs = []
     for point in points:   # each point is validated as a run of params.yaml would be
-        trial = {**params, "runs": {args.run: {**params["runs"].get(args.run, {}), **point}}}
+        trial = {**params, "runs": {args.run: {**params["runs"][args.run], **point}}}
         configs.append(resolve_run(trial, args.run))
-    bench_cfg = {**params["benchmarks"][bench_name], "validation_fraction": args.fraction}
+    bench_cfg = {**params["benchmarks"][configs[0]["benchmark"]], "validation_fraction": args.fraction}
     source = load_source(source_file(bench_cfg["source"]))
     _BENCH["bench"] = kind_of(bench_cfg).build(source, bench_cfg)
     assert _BENCH["bench"]["evaluated_on"] == "validation"
