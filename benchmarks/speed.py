@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from gcl.backbones import ResNet18
 from gcl.data.augment import Normalize, TrainAugment
 from gcl.data.image_sources import NORMALIZATION
+from gcl.settings import defaults
 from gcl.methods import METHODS, MethodContext
 
 STREAM, REPLAY, CLASSES, SHAPE = 32, 32, 10, (3, 32, 32)
@@ -77,11 +78,12 @@ def bare_loop(x, y, args, device):
 def method_loop(name: str, x, y, args, device):
     """The training loop's per-step work for method `name` (train.py: augment, then observe)."""
     cls = METHODS[name]
-    missing = [k for k, h in cls.hparams.items() if h.required and k not in HPARAMS]
+    fields = cls.Settings.model_fields
+    missing = [k for k, f in fields.items() if f.is_required() and k not in HPARAMS]
     if missing:
         raise KeyError(f"{name} needs {missing}, which this benchmark does not set")
-    cfg = {k: h.default for k, h in cls.hparams.items() if not h.required}
-    cfg.update({k: HPARAMS[k] for k in cls.hparams if k in HPARAMS}, buffer=args.buffer if cls.uses_buffer else "none")
+    cfg = {**defaults(cls.Settings), **{k: HPARAMS[k] for k in fields if k in HPARAMS},
+           "buffer": args.buffer if cls.uses_buffer else "none"}
     torch.manual_seed(0)
     net = ResNet18(SHAPE, CLASSES, channels_last=args.channels_last).to(device).train()
     augment = TrainAugment(Normalize(*NORMALIZATION["cifar10"]))

@@ -14,6 +14,7 @@ from gcl.data.pretext import SHAPES, apply_pretext, n_pretext_classes, random_pr
 from gcl.data.transforms import to_unit_float
 from gcl.methods import METHODS, MethodContext
 from gcl.methods.coca import CoCa, affinity, ckd_loss, collaborative_target, propagate, supcon_loss
+from gcl.settings import ParamsError, defaults, validate as validate_settings
 from gcl.train import run_seed
 
 N_CLASSES = 9
@@ -202,7 +203,7 @@ def make(method, seed=0, buffer=50, **cfg):
     net = MLP((1, 28, 28), N_CLASSES)
     full = {"lr": 0.1, "batch": 4, "replay_batch": 8, "buffer": buffer}
     if method == "coca":
-        full.update({k: h.default for k, h in CoCa.hparams.items() if not h.required})
+        full.update(defaults(CoCa.Settings))
     full.update(cfg)
     ctx = MethodContext(device=torch.device("cpu"), n_classes=N_CLASSES, train_transform=to_unit_float,
                         generator=torch.Generator().manual_seed(seed))
@@ -247,7 +248,7 @@ def test_batchnorm_backbones_forward_each_role_alone():
     net = ResNet18((3, 8, 8), N_CLASSES)
     ctx = MethodContext(device=torch.device("cpu"), n_classes=N_CLASSES, train_transform=lambda x: x.float(),
                         generator=torch.Generator().manual_seed(0))
-    cfg = {k: h.default for k, h in CoCa.hparams.items() if not h.required}
+    cfg = defaults(CoCa.Settings)
     m = CoCa(net, {**cfg, "lr": 0.1, "batch": 4, "replay_batch": 4, "buffer": 20}, ctx)
     assert m._per_role_forward
     calls = []
@@ -307,10 +308,17 @@ def test_ckd_alone_leaves_the_projector_untouched():
         assert torch.isfinite(m.observe(x, y, x_raw))
 
 
-@pytest.mark.parametrize("bad", [{"omega": 1.0}, {"gamma": 1.5}, {"pretext": "jigsaw"}, {"affinity": "cosine"}])
-def test_invalid_settings_are_rejected(bad):
-    with pytest.raises(ValueError):
-        make("coca", **bad)
+@pytest.mark.parametrize("bad, message", [
+    ({"omega": 1.0}, "runs.c.omega = 1.0 is not accepted: input should be less than 1"),
+    ({"gamma": 1.5}, "runs.c.gamma = 1.5 is not accepted: input should be less than or equal to 1"),
+    ({"pretext": "jigsaw"}, "runs.c.pretext = 'jigsaw' is not accepted: input should be 'paper' or 'rotation'"),
+    ({"affinity": "cosine"}, "runs.c.affinity = 'cosine' is not accepted"),
+    ({"tau": float("nan")}, "runs.c.tau = nan is not accepted: input should be a finite number"),
+])
+def test_invalid_settings_are_rejected(bad, message):
+    with pytest.raises(ParamsError) as err:
+        validate_settings(CoCa.Settings, {"lr": 0.1, "batch": 1, "replay_batch": 4, **bad}, "runs.c")
+    assert message in str(err.value)
 
 
 TABLE3 = {  # Table 3's rows as variants of the one class

@@ -37,7 +37,7 @@ def test_default_profile_is_valid():
     ({"runs__mnist-360-er-200__replay_batch": None}, ["replay_batch", "er"]),
     ({"runs__mnist-360-er-200__lr": "0.1x"}, ["runs.mnist-360-er-200.lr", "float"]),
     ({"runs__mnist-360-er-200__batch": 1.5}, ["runs.mnist-360-er-200.batch", "int"]),
-    ({"runs__mnist-360-er-200__lr": -0.1}, ["runs.mnist-360-er-200.lr", "positive"]),
+    ({"runs__mnist-360-er-200__lr": -0.1}, ["runs.mnist-360-er-200.lr", "greater than 0"]),
     ({"runs__mnist-360-er-200__replay_bach": 16}, ["replay_bach", "accepted keys"]),
     ({"benchmarks__mnist-360__kind": "mnist-720"}, ["benchmarks.mnist-360.kind", "known kinds"]),
     ({"benchmarks__mnist-360__source": "emnist"}, ["benchmarks.mnist-360.source", "emnist"]),

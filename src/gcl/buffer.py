@@ -75,3 +75,13 @@ class ReservoirBuffer:
 
     def get(self, *names: str) -> tuple[torch.Tensor, ...]:
         return tuple(self.fields[n][: len(self)] for n in names)
+
+    def state_dict(self) -> dict:
+        return {"capacity": self.capacity, "seen": self.seen,
+                "fields": {k: v.detach().clone() for k, v in self.fields.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["capacity"] != self.capacity:
+            raise ValueError(f"a saved buffer of {state['capacity']} slots does not fit this one of {self.capacity}")
+        self.seen = state["seen"]
+        self.fields = {k: v.to(self.device) for k, v in state["fields"].items()}

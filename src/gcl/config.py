@@ -15,7 +15,7 @@ from gcl.backbones import BACKBONES
 from gcl.data.benchmarks import KINDS
 from gcl.data.sources import SOURCES
 from gcl.methods import METHODS
-from gcl.methods.base import Hparam
+from gcl.settings import ParamsError, validate as validate_settings
 
 TOP_KEYS = {"seeds", "device", "workers", "sources", "benchmarks", "methods", "runs", "report"}
 BENCHMARK_KEYS = {"kind": str, "source": str, "backbone": str, "epochs": int, "threads": int,
@@ -23,10 +23,6 @@ BENCHMARK_KEYS = {"kind": str, "source": str, "backbone": str, "epochs": int, "t
                   "n_tasks": int, "classes_per_task": int, "augment": bool,
                   "channels_last": bool, "bf16": bool}
 RUN_KEYS = {"benchmark", "method", "buffer"}
-
-
-class ParamsError(ValueError):
-    """params.yaml is malformed; the message names the key and the accepted values."""
 
 
 def load_params(path: str | Path = "params.yaml") -> dict:
@@ -79,7 +75,7 @@ def validate(params: dict) -> None:
     for name, b in params["benchmarks"].items():
         _validate_benchmark(name, b, params["sources"])
     for name, m in params["methods"].items():
-        _check_keys(f"methods.{name}", m or {}, set(METHODS[algorithm_of(params, name)].hparams) | {"base"})
+        _check_keys(f"methods.{name}", m or {}, set(METHODS[algorithm_of(params, name)].Settings.model_fields) | {"base"})
         _check_variant_inherits(params["methods"], name)
     cells = {}
     for key, run in params["runs"].items():
@@ -143,17 +139,10 @@ def resolve_run(params: dict, key: str) -> dict:
                           f"{sorted(params['methods'])} (a registered method needs `methods.{method_name}: {{}}`)")
     algorithm = algorithm_of(params, method_name)
     cls = METHODS[algorithm]
-    spec: dict[str, Hparam] = cls.hparams
-    _check_keys(where, run, set(spec) | RUN_KEYS)
-    merged = {k: h.default for k, h in spec.items() if not h.required}
-    merged.update({k: v for k, v in (params["methods"][method_name] or {}).items() if k != "base"})
-    merged.update(run)
-    merged["algorithm"] = algorithm
-    for k, h in spec.items():
-        if k not in merged:
-            raise ParamsError(f"{where} lacks the hyperparameter {k!r} that method {method_name!r} needs "
-                              f"(a {h.type.__name__}); it reads: {sorted(spec)}")
-        _check_type(f"{where}.{k}", merged[k], h.type, positive=h.positive)
+    shared = {k: v for k, v in (params["methods"][method_name] or {}).items() if k != "base"}
+    own = {k: v for k, v in run.items() if k not in RUN_KEYS}
+    settings = validate_settings(cls.Settings, {**shared, **own}, where)
+    merged = {**{k: run[k] for k in RUN_KEYS}, **settings.model_dump(), "algorithm": algorithm}
     buffer = merged["buffer"]
     if cls.uses_buffer:
         if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer <= 0:

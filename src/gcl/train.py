@@ -11,6 +11,7 @@ from gcl.backbones import build_backbone
 from gcl.data.benchmarks import kind_of
 from gcl.evaluate import Evaluator, forgetting
 from gcl.methods import METHODS, MethodContext
+from gcl.methods.base import TaskData
 
 
 def resolve_device(name: str) -> torch.device:
@@ -94,6 +95,10 @@ def _stream_loop(method, stream, train_transform, evaluate: Evaluator, has_tasks
     task = 0
     timer = Timer(device)
 
+    def task_data(t: int) -> TaskData:
+        idx = stream.task_pool(t).to(device)
+        return TaskData(index=t, x_raw=pool[idx], y=labels[idx], classes=stream.task_classes[t])
+
     def evaluate_now():
         net.eval()
         rows.append(evaluate(method.predict))
@@ -102,17 +107,19 @@ def _stream_loop(method, stream, train_transform, evaluate: Evaluator, has_tasks
     net.train()
     timer.start()
     if tell_boundaries:
-        method.begin_task(0)
+        current = task_data(0)
+        method.begin_task(current)
     for step in range(stream.steps):
         idx = order[bounds[step]:bounds[step + 1]]
         x_raw, y = pool[idx], labels[idx]
         loss_sum += method.observe(train_transform(x_raw), y, x_raw)
         loss_steps += 1
         if tell_boundaries and step == task_ends[task]:
-            method.end_task(task)
+            method.end_task(current)
             task += 1
             if task < len(task_ends):
-                method.begin_task(task)
+                current = task_data(task)
+                method.begin_task(current)
         if step in eval_after and not method.offline:
             timer.stop()
             loss_curve.append(float(loss_sum) / max(loss_steps, 1))

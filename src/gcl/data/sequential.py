@@ -109,7 +109,9 @@ def build_stream(bench: dict, cfg: dict, batch_size: int, generator: torch.Gener
     # the pool is the benchmark's training set itself, so each pool image is its own origin
     return Stream(images=bench["train_x"], labels=bench["train_y"], order=torch.cat(order),
                   bounds=bounds, eval_after=list(task_ends), task_ends=task_ends,
-                  origin=torch.arange(len(bench["train_x"])))
+                  origin=torch.arange(len(bench["train_x"])), pool_task=bench["train_task"],
+                  task_classes=[(t * bench["classes_per_task"], (t + 1) * bench["classes_per_task"])
+                                for t in range(bench["n_tasks"])])
 
 
 def transforms(bench: dict):

@@ -22,6 +22,12 @@ class Stream:
     eval_after: list[int]       # step indices (0-based)
     task_ends: list[int]        # step indices (0-based); empty for general-continual benchmarks
     origin: torch.Tensor | None = None   # for each pool image, its index in the benchmark's training set
+    pool_task: torch.Tensor | None = None          # each pool image's task (benchmarks with tasks)
+    task_classes: list[tuple[int, int]] | None = None   # each task's class range [lo, hi)
+
+    def task_pool(self, task: int) -> torch.Tensor:
+        """Indices of the pool images of one task (what a boundary-aware method is handed)."""
+        return torch.nonzero(self.pool_task == task).flatten()
 
     @property
     def steps(self) -> int:

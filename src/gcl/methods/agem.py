@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gcl.methods.base import Method, register, required
+from gcl.methods.base import Method, ReplaySettings, register
 
 
 def project(g: torch.Tensor, g_ref: torch.Tensor) -> torch.Tensor:
@@ -27,8 +27,9 @@ def project(g: torch.Tensor, g_ref: torch.Tensor) -> torch.Tensor:
 @register
 class AGEM(Method):
     name = "agem"
+    summary = "A-GEM (reservoir): project the gradient so the loss on a buffer batch does not increase"
     uses_buffer = True
-    hparams = {**Method.hparams, "replay_batch": required(int)}
+    Settings = ReplaySettings
 
     def _flat_grad(self, loss: torch.Tensor) -> torch.Tensor:
         return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, self.params)])

@@ -1,13 +1,16 @@
 """The one contract every continual-learning method follows, and the registry that names them."""
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Callable, ClassVar
 
 import torch
+from pydantic import Field
 from torch import nn
 
 from gcl.buffer import ReservoirBuffer
+from gcl.settings import Settings
 
 
 @dataclass
@@ -22,36 +25,48 @@ class MethodContext:
     plain_transform: Callable[[torch.Tensor], torch.Tensor] | None = None   # non-augmenting (the test transform)
 
 
-@dataclass(frozen=True)
-class Hparam:
-    """A setting a method reads from its run block: its type and, if optional, its default."""
+@dataclass
+class TaskData:
+    """What a boundary-aware method is handed at `begin_task` / `end_task`: the task's training images
+    (non-augmented uint8, on the device), their labels and the task's class range [lo, hi)."""
 
-    type: type
-    default: object = None
-    required: bool = True
-    positive: bool = True
-
-
-def required(kind: type, positive: bool = True) -> Hparam:
-    return Hparam(kind, required=True, positive=positive)
+    index: int
+    x_raw: torch.Tensor
+    y: torch.Tensor
+    classes: tuple[int, int]
 
 
-def optional(kind: type, default, positive: bool = True) -> Hparam:
-    return Hparam(kind, default=default, required=False, positive=positive)
+class MethodSettings(Settings):
+    """Settings every method reads."""
+
+    lr: float = Field(gt=0, description="learning rate of plain SGD (no momentum, no weight decay)")
+    batch: int = Field(gt=0, description="stream batch size")
+
+
+class ReplaySettings(MethodSettings):
+    """Settings of a method that replays a buffer batch at each step."""
+
+    replay_batch: int = Field(gt=0, description="buffer samples replayed at each step")
 
 
 class Method:
     """Base class: `observe` takes one stream batch and makes one update.
 
     General-continual methods see only `observe`; the loop calls `begin_task`/`end_task` only on
-    methods whose `needs_boundaries` is True, and only on benchmarks that have tasks.
+    methods whose `needs_boundaries` is True, and validation refuses such a method on a benchmark
+    without tasks. `Settings` declares what the method reads from its run block (`self.cfg` holds
+    the validated values plus `buffer`). `state_dict` / `load_state_dict` save and restore everything
+    the method carries across steps: the network, the buffer, and the attributes named in
+    `state_attrs` (heads, Fisher, old network, ...), for checkpoints inside a seed.
     """
 
     name: ClassVar[str]
+    summary: ClassVar[str] = ""          # one line for the settings reference
     needs_boundaries: ClassVar[bool] = False
     uses_buffer: ClassVar[bool] = False
     offline: ClassVar[bool] = False      # trains once the stream is over (JOINT); evaluated only then
-    hparams: ClassVar[dict[str, Hparam]] = {"lr": required(float), "batch": required(int)}
+    Settings: ClassVar[type[MethodSettings]] = MethodSettings
+    state_attrs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, net: nn.Module, cfg: dict, ctx: MethodContext):
         self.net = net
@@ -92,11 +107,61 @@ class Method:
     def finish(self) -> None:
         """Called once after the last stream batch (the stream is over; no task boundary is revealed)."""
 
-    def begin_task(self, task: int) -> None:
-        pass
+    def begin_task(self, task: TaskData) -> None:
+        """Called before the first batch of each task (boundary-aware methods on benchmarks with tasks)."""
 
-    def end_task(self, task: int) -> None:
-        pass
+    def end_task(self, task: TaskData) -> None:
+        """Called after the last batch of each task (boundary-aware methods on benchmarks with tasks)."""
+
+    # -------------------------------------------------------------- checkpoints
+
+    def state_dict(self) -> dict:
+        """Everything this method carries across steps, as tensors and plain values (copies)."""
+        state = {"net": copy.deepcopy(self.net.state_dict())}
+        if self.buffer is not None:
+            state["buffer"] = self.buffer.state_dict()
+        for name in self.state_attrs:
+            state[name] = _pack(getattr(self, name))
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict` returned (on a method built with the same settings)."""
+        expected = {"net", *self.state_attrs} | ({"buffer"} if self.buffer is not None else set())
+        if set(state) != expected:
+            raise ValueError(f"{self.name}: a saved state with {sorted(state)} does not fit this method, "
+                             f"which saves {sorted(expected)}")
+        self.net.load_state_dict(state["net"])
+        if self.buffer is not None:
+            self.buffer.load_state_dict(state["buffer"])
+        for name in self.state_attrs:
+            current = getattr(self, name)
+            if isinstance(current, nn.Module):
+                current.load_state_dict(state[name])
+            else:
+                setattr(self, name, _unpack(state[name], self.ctx.device))
+
+
+def _pack(value):
+    """A detached copy of a method attribute: a module's state_dict, tensors cloned, containers walked."""
+    if isinstance(value, nn.Module):
+        return copy.deepcopy(value.state_dict())
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: _pack(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_pack(v) for v in value)
+    return copy.deepcopy(value)
+
+
+def _unpack(value, device: torch.device):
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: _unpack(v, device) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unpack(v, device) for v in value)
+    return value
 
 
 METHODS: dict[str, type[Method]] = {}

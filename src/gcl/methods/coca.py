@@ -58,11 +58,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gcl.data.pretext import VARIANTS as PRETEXT_VARIANTS, n_pretext_classes, random_pretext
-from gcl.methods.base import Method, optional, register, required
+from gcl.data.pretext import n_pretext_classes, random_pretext
+from typing import Literal
+
+from pydantic import Field
+
+from gcl.methods.base import Method, ReplaySettings, register
 
 AFFINITIES = ("paper", "code")
-EMBEDDINGS = ("projector", "backbone")
 WIDE_BACKBONE = 512          # feat_dim from which the ResNet-style heads are used
 
 
@@ -147,30 +150,33 @@ def projection_dim(feat_dim: int) -> int:
 
 # ---------------------------------------------------------------------------- the method
 
+class CoCaSettings(ReplaySettings):
+    """replay_batch is the size of both buffer batches, b1 (CKD) and b2 (L_base)."""
+
+    ckd: bool = Field(True, description="collaborative knowledge distillation (Table 3 switch)")
+    pt: bool = Field(True, description="pretext task on transformed views (Table 3 switch)")
+    scl: bool = Field(True, description="supervised contrastive loss over two views (Table 3 switch)")
+    lambda1: float = Field(0.5, ge=0, description="weight of L_CKD")
+    lambda2: float = Field(0.3, ge=0, description="weight of L_PT + L_SCL")
+    omega: float = Field(0.1, ge=0, lt=1, description="propagation strength; I - omega S must stay invertible")
+    gamma: float = Field(0.1, ge=0, le=1, description="share of the propagated logits Q in the target o*")
+    tau: float = Field(0.07, gt=0, description="SupCon temperature")
+    pretext: Literal["paper", "rotation"] = Field("paper", description="16 transformations (paper) or 4 rotations")
+    affinity: Literal["paper", "code"] = Field("paper", description="zero diagonal (Eq. 6-7) or softmax(ZZ^T - cI)")
+    affinity_c: float = Field(1.0, ge=0, description="c of the 'code' affinity")
+    ckd_embedding: Literal["projector", "backbone"] = Field("projector", description="embeddings of the affinity")
+
+
 @register
 class CoCa(Method):
     name = "coca"
+    summary = "CoCa: ER + collaborative distillation (CKD) + pretext task (PT) + supervised contrast (SCL)"
     uses_buffer = True
-    hparams = {
-        **Method.hparams,
-        "replay_batch": required(int),                   # size of b1 and of b2
-        "ckd": optional(bool, True),
-        "pt": optional(bool, True),
-        "scl": optional(bool, True),
-        "lambda1": optional(float, 0.5),
-        "lambda2": optional(float, 0.3),
-        "omega": optional(float, 0.1, positive=False),
-        "gamma": optional(float, 0.1, positive=False),
-        "tau": optional(float, 0.07),
-        "pretext": optional(str, "paper"),
-        "affinity": optional(str, "paper"),
-        "affinity_c": optional(float, 1.0, positive=False),
-        "ckd_embedding": optional(str, "projector"),
-    }
+    Settings = CoCaSettings
+    state_attrs = ("heads",)
 
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)
-        self._check(cfg)
         self.ckd, self.pt, self.scl = cfg["ckd"], cfg["pt"], cfg["scl"]
         self._per_role_forward = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in net.modules())
         feat_dim = net.feat_dim
@@ -182,17 +188,6 @@ class CoCa(Method):
         # kept outside self.net, so evaluation (Method.predict -> self.net) cannot reach them
         self.heads = heads.to(ctx.device)
         self.params += list(heads.parameters())
-
-    @staticmethod
-    def _check(cfg: dict) -> None:
-        if not 0.0 <= cfg["omega"] < 1.0:
-            raise ValueError(f"coca: omega must lie in [0, 1) (I - omega S_hat must be invertible), got {cfg['omega']}")
-        if not 0.0 <= cfg["gamma"] <= 1.0:
-            raise ValueError(f"coca: gamma must lie in [0, 1], got {cfg['gamma']}")
-        for key, allowed in (("pretext", tuple(PRETEXT_VARIANTS)), ("affinity", AFFINITIES),
-                             ("ckd_embedding", EMBEDDINGS)):
-            if cfg[key] not in allowed:
-                raise ValueError(f"coca: {key} must be one of {allowed}, got {cfg[key]!r}")
 
     def _features(self, roles: list[torch.Tensor]) -> list[torch.Tensor]:
         """Backbone features of each role's batch. With BatchNorm (the image backbones) one forward per

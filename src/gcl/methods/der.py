@@ -11,7 +11,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gcl.methods.base import Method, register, required
+from pydantic import Field
+
+from gcl.methods.base import Method, ReplaySettings, register
 
 
 def der_loss(logits: torch.Tensor, y: torch.Tensor,
@@ -30,15 +32,22 @@ def der_loss(logits: torch.Tensor, y: torch.Tensor,
     return loss
 
 
+class DERSettings(ReplaySettings):
+    alpha: float = Field(ge=0, description="weight of the logit-matching (MSE) term on a buffer batch")
+
+
+class DERppSettings(DERSettings):
+    beta: float = Field(ge=0, description="weight of the cross-entropy on a second, independent buffer batch")
+
+
 @register
 class DER(Method):
     name = "der"
+    summary = "Dark Experience Replay: replay the logits stored with each buffer sample (MSE)"
     uses_buffer = True
-    hparams = {**Method.hparams, "replay_batch": required(int), "alpha": required(float)}
+    Settings = DERSettings
+    beta = 0.0   # plain DER has no label term
 
-    def __init__(self, net, cfg, ctx):
-        super().__init__(net, cfg, ctx)
-        self.beta = cfg.get("beta", 0.0)   # only DER++ declares beta; plain DER has no label term
 
     def observe(self, x, y, x_raw):
         logits = self.net(x)
@@ -61,4 +70,9 @@ class DER(Method):
 @register
 class DERpp(DER):
     name = "derpp"
-    hparams = {**DER.hparams, "beta": required(float)}
+    summary = "DER++: DER plus a cross-entropy on a second buffer batch"
+    Settings = DERppSettings
+
+    def __init__(self, net, cfg, ctx):
+        super().__init__(net, cfg, ctx)
+        self.beta = cfg["beta"]

@@ -2,14 +2,15 @@
 import torch
 import torch.nn.functional as F
 
-from gcl.methods.base import Method, register, required
+from gcl.methods.base import Method, ReplaySettings, register
 
 
 @register
 class ER(Method):
     name = "er"
+    summary = "Experience Replay: one cross-entropy over the stream batch and a reservoir buffer batch"
     uses_buffer = True
-    hparams = {**Method.hparams, "replay_batch": required(int)}
+    Settings = ReplaySettings
 
     def observe(self, x, y, x_raw):
         inputs, labels = x, y

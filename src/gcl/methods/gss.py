@@ -20,7 +20,9 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
 from gcl.buffer import ReservoirBuffer
-from gcl.methods.base import Method, optional, register, required
+from pydantic import Field
+
+from gcl.methods.base import Method, ReplaySettings, register
 
 EMPTY_BUFFER_SCORE = 0.1   # the reference's score for samples that arrive while the buffer is empty
 
@@ -100,13 +102,17 @@ class GSSBuffer(ReservoirBuffer):
             field[cand] = torch.where(keep_new, v.detach()[src].to(field.dtype), field[cand])
 
 
+class GSSSettings(ReplaySettings):
+    gss_minibatch: int = Field(gt=0, description="buffer samples whose gradients score a newcomer")
+    batch_num: int = Field(1, gt=0, description="SGD steps per stream batch, each with a fresh buffer batch")
+
+
 @register
 class GSS(Method):
     name = "gss"
+    summary = "Gradient-based Sample Selection (greedy): keep samples whose gradients differ from the buffer's"
     uses_buffer = True
-    hparams = {**Method.hparams, "replay_batch": required(int),
-               "gss_minibatch": required(int),    # buffer samples whose gradients score a newcomer
-               "batch_num": optional(int, 1)}     # SGD steps per stream batch, each with a fresh buffer batch
+    Settings = GSSSettings
 
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)

@@ -8,6 +8,7 @@ from gcl.methods.base import Method, register
 @register
 class Joint(Method):
     name = "joint"
+    summary = "offline upper bound: keeps the stream, then trains on it shuffled for `epochs` passes"
     offline = True
 
     def __init__(self, net, cfg, ctx):
