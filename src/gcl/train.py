@@ -76,6 +76,7 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
         result = _stream_loop(method, stream, train_transform, evaluate, kind.has_tasks, device)
         net.eval()
         result["confusion"] = evaluate.confusion(method.predict, bench["n_classes"])
+        result["method_metrics"] = method.extra_metrics()
         if feature_samples:
             result["features"] = evaluate.features(net.features, feature_samples)
     return result

@@ -107,6 +107,10 @@ class Method:
     def finish(self) -> None:
         """Called once after the last stream batch (the stream is over; no task boundary is revealed)."""
 
+    def extra_metrics(self) -> dict:
+        """Method-specific figures stored with each seed's results (e.g. experts created); JSON values."""
+        return {}
+
     def begin_task(self, task: TaskData) -> None:
         """Called before the first batch of each task (boundary-aware methods on benchmarks with tasks)."""
 
