@@ -147,16 +147,17 @@ def print_table(rows: list[dict], args) -> None:
 
 def time_cell(args) -> None:
     """One seed of one params.yaml cell, as `dvc repro` would train it, without writing anything."""
-    from gcl.config import benchmark_file, load_params, resolve_run
+    from gcl.config import load_params, resolve_benchmark, resolve_run
     from gcl.data.benchmarks import load_benchmark
+    from gcl.layout import benchmark_file
     from gcl.train import resolve_device, run_seed
 
     params = load_params(args.params)
-    run_cfg = resolve_run(params, args.cell)
-    bench_cfg = params["benchmarks"][run_cfg["benchmark"]]
-    torch.set_num_threads(bench_cfg.get("threads", 1))
-    device = resolve_device(params.get("device", "auto"))
-    bench = load_benchmark(benchmark_file(run_cfg["benchmark"]), bench_cfg)
+    spec = resolve_run(params, args.cell)
+    run_cfg, bench_cfg = spec["run"], spec["benchmark"]
+    torch.set_num_threads(resolve_benchmark(params, run_cfg["benchmark"])["runtime"]["threads"])
+    device = resolve_device(spec["device"])
+    bench = load_benchmark(benchmark_file(run_cfg["benchmark"]), spec["data"])
     r = run_seed(bench, bench_cfg, run_cfg, args.seed, device)
     til = "-" if r["task_il"] is None else f"{r['task_il']:.2f}"
     print(f"{args.cell} seed {args.seed} on {device.type} ({torch.get_num_threads()} threads): {r['steps']} steps, "

@@ -21,9 +21,10 @@ import torch
 import yaml
 from tabulate import tabulate
 
-from gcl.config import load_params, resolve_run, source_file
+from gcl.config import load_params, resolve_benchmark, resolve_run
 from gcl.data.benchmarks import kind_of
 from gcl.data.sources import load_source
+from gcl.layout import source_file
 from gcl.train import run_seed
 
 _BENCH: dict = {}   # the validation benchmark, built once in the parent and inherited by forked workers
@@ -40,8 +41,8 @@ def parse_grid(items: list[str]) -> dict[str, list]:
     return grid
 
 
-def _one(run_cfg: dict, bench_cfg: dict, seed: int) -> float:
-    torch.set_num_threads(bench_cfg.get("threads", 1))
+def _one(run_cfg: dict, bench_cfg: dict, seed: int, threads: int) -> float:
+    torch.set_num_threads(threads)
     return run_seed(_BENCH["bench"], bench_cfg, run_cfg, seed, torch.device("cpu"))["class_il"]
 
 
@@ -66,14 +67,19 @@ def main(argv: list[str] | None = None) -> None:
     for point in points:   # each point is validated as a run of params.yaml would be
         trial = {**params, "runs": {args.run: {**params["runs"][args.run], **point}}}
         configs.append(resolve_run(trial, args.run))
-    bench_cfg = {**params["benchmarks"][configs[0]["benchmark"]], "validation_fraction": args.fraction}
-    source = load_source(source_file(bench_cfg["source"]))
-    _BENCH["bench"] = kind_of(bench_cfg).build(source, bench_cfg)
+    bench_cfg = configs[0]["benchmark"]
+    if any(c["benchmark"] != bench_cfg for c in configs):
+        raise SystemExit("--grid may not change the benchmark's settings (epochs); tune one value at a time")
+    groups = resolve_benchmark(params, configs[0]["run"]["benchmark"])
+    threads = groups["runtime"]["threads"]
+    data_cfg = {**groups["data"], "validation_fraction": args.fraction}
+    source = load_source(source_file(data_cfg["source"]))
+    _BENCH["bench"] = kind_of(data_cfg).build(source, data_cfg)
     assert _BENCH["bench"]["evaluated_on"] == "validation"
 
     jobs = [(i, seed) for i in range(len(configs)) for seed in args.seeds]
     with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = {job: pool.submit(_one, configs[job[0]], bench_cfg, job[1]) for job in jobs}
+        futures = {job: pool.submit(_one, configs[job[0]]["run"], bench_cfg, job[1], threads) for job in jobs}
         scores = {job: f.result() for job, f in futures.items()}
 
     rows = []

@@ -1,10 +1,13 @@
 """Stage prepare@<source>: fetch or read one raw data source and save it as tensors."""
 import sys
 
-from gcl.config import load_params, source_file
+from gcl.config import read_resolved
 from gcl.data.sources import prepare_source
+from gcl.layout import resolved_source, source_file
 
 if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python stages/prepare.py <source>   (a key of sources: in params.yaml)")
     name = sys.argv[1]
-    params = load_params()
-    print(prepare_source(name, params["sources"][name] or {}, source_file(name).parent))
+    settings = read_resolved(resolved_source(name))
+    print(prepare_source(name, settings, source_file(name).parent))

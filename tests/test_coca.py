@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from gcl.backbones import MLP, ResNet18
-from gcl.config import resolve_run, validate
+from gcl.config import check_runs, resolve_run
 from gcl.data import mnist360
 from gcl.data.pretext import SHAPES, apply_pretext, n_pretext_classes, random_pretext
 from gcl.data.transforms import to_unit_float
@@ -345,17 +345,17 @@ def test_table3_variants_train_through_run_seed_without_boundaries(monkeypatch):
     assert not CoCa.needs_boundaries
 
     bench_cfg = {"kind": "mnist-360", "source": "mnist-bundled", "backbone": "mlp", "epochs": 1}
-    methods = {name: {"base": "coca", "ckd": c, "pt": p, "scl": s} for name, (c, p, s) in TABLE3.items()}
+    methods = {name: {"algorithm": "coca", "ckd": c, "pt": p, "scl": s} for name, (c, p, s) in TABLE3.items()}
     methods["coca"] = {}
-    methods["coca-g001"] = {"base": "coca", "gamma": 0.01, "affinity": "code", "pretext": "rotation"}
+    methods["coca-g001"] = {"algorithm": "coca", "gamma": 0.01, "affinity": "code", "pretext": "rotation"}
     runs = {f"m-{name}": {"benchmark": "mnist-360", "method": name, "buffer": 30, "lr": 0.1, "batch": 8,
                           "replay_batch": 8} for name in methods}
     params = {"seeds": [0], "sources": {"mnist-bundled": {}}, "benchmarks": {"mnist-360": bench_cfg},
               "methods": methods, "runs": runs}
-    validate(params)
+    check_runs(params)
     bench = mnist360.build_benchmark(synthetic_source())
     for key in runs:
-        cfg = resolve_run(params, key)
+        cfg = resolve_run(params, key)["run"]
         assert cfg["algorithm"] == "coca"
         result = run_seed(bench, bench_cfg, cfg, 0, torch.device("cpu"))
         assert result["steps"] > 20 and 0.0 <= result["class_il"] <= 100.0

@@ -1,18 +1,43 @@
-"""params.yaml validation: every bad value stops with a message naming the key and the fix."""
+"""params.yaml validation: every bad value stops with a message naming the key, the value and what is accepted.
+
+The cases are built on a small params dict written here, not on the live params.yaml, so renaming a
+run of the default profile cannot break them.
+"""
 import copy
+from pathlib import Path
 
 import pytest
 import yaml
 
-from gcl.config import ParamsError, resolve_run, validate
+from gcl.config import ParamsError, check_data, check_runs, resolve_run
 from gcl.methods.base import METHODS, Method, register
 
-with open("params.yaml") as f:
-    DEFAULT = yaml.safe_load(f)
+ROOT = Path(__file__).resolve().parents[1]
+
+BASE = {
+    "seeds": [0, 1],
+    "device": "cpu",
+    "workers": 2,
+    "sources": {"mnist-bundled": {"train_per_class": 400, "test_per_class": 100}},
+    "benchmarks": {
+        "mnist-360": {"kind": "mnist-360", "source": "mnist-bundled", "backbone": "mlp", "epochs": 1,
+                      "threads": 1, "label": "MNIST-360"},
+        "seq": {"kind": "sequential", "source": "mnist-bundled", "backbone": "mlp", "epochs": 1,
+                "n_tasks": 5, "classes_per_task": 2, "augment": False},
+    },
+    "methods": {"sgd": {}, "er": {}, "coca": {"lambda1": 0.5}},
+    "runs": {
+        "m-sgd": {"benchmark": "mnist-360", "method": "sgd", "buffer": "none", "lr": 0.1, "batch": 4},
+        "m-er-200": {"benchmark": "mnist-360", "method": "er", "buffer": 200, "lr": 0.2, "batch": 1, "replay_batch": 16},
+        "s-coca-200": {"benchmark": "seq", "method": "coca", "buffer": 200, "lr": 0.1, "batch": 10, "replay_batch": 10},
+    },
+    "report": {"figures": False},
+}
 
 
 def params(**changes):
-    p = copy.deepcopy(DEFAULT)
+    """BASE with `a__b__c=value` changes (value None deletes the key)."""
+    p = copy.deepcopy(BASE)
     for path, value in changes.items():
         *parents, leaf = path.split("__")
         node = p
@@ -25,45 +50,88 @@ def params(**changes):
     return p
 
 
-def test_default_profile_is_valid():
-    validate(params())
+def check_all(p):
+    check_data(p)
+    check_runs(p)
+
+
+def test_the_base_params_are_valid():
+    check_all(params())
 
 
 @pytest.mark.parametrize("change, words", [
-    ({"runs__mnist-360-er-200__method": "err"}, ["runs.mnist-360-er-200.method", "'err'"]),
-    ({"runs__mnist-360-er-200__benchmark": "mnist-361"}, ["runs.mnist-360-er-200.benchmark", "mnist-361"]),
-    ({"runs__mnist-360-er-200__buffer": -5}, ["runs.mnist-360-er-200.buffer", "positive integer"]),
-    ({"runs__mnist-360-sgd-none__buffer": 200}, ["runs.mnist-360-sgd-none.buffer", "'none'"]),
-    ({"runs__mnist-360-er-200__replay_batch": None}, ["replay_batch", "er"]),
-    ({"runs__mnist-360-er-200__lr": "0.1x"}, ["runs.mnist-360-er-200.lr", "float"]),
-    ({"runs__mnist-360-er-200__batch": 1.5}, ["runs.mnist-360-er-200.batch", "int"]),
-    ({"runs__mnist-360-er-200__lr": -0.1}, ["runs.mnist-360-er-200.lr", "greater than 0"]),
-    ({"runs__mnist-360-er-200__replay_bach": 16}, ["replay_bach", "accepted keys"]),
-    ({"benchmarks__mnist-360__kind": "mnist-720"}, ["benchmarks.mnist-360.kind", "known kinds"]),
-    ({"benchmarks__mnist-360__source": "emnist"}, ["benchmarks.mnist-360.source", "emnist"]),
-    ({"benchmarks__mnist-360__epochs": 0}, ["benchmarks.mnist-360.epochs", "positive"]),
-    ({"sources__kmnist": {}}, ["sources.kmnist", "known sources"]),
-    ({"seeds": [0, -1]}, ["seeds"]),
-    ({"seeds": []}, ["seeds"]),
-    ({"device": "tpu"}, ["device"]),
-    ({"methods__er": None}, ["er", "methods"]),
-    ({"methods__er-x": {"base": "err"}}, ["methods.er-x.base", "known methods"]),
+    ({"runs__m-er-200__method": "err"}, ["runs.m-er-200.method", "'err'"]),
+    ({"runs__m-er-200__benchmark": "mnist-361"}, ["runs.m-er-200.benchmark", "mnist-361"]),
+    ({"runs__m-er-200__buffer": None}, ["runs.m-er-200 lacks the key 'buffer'"]),
+    ({"runs__m-er-200__buffer": -5}, ["runs.m-er-200.buffer", "positive integer"]),
+    ({"runs__m-sgd__buffer": 200}, ["runs.m-sgd.buffer", "'none'"]),
+    ({"runs__m-er-200__replay_batch": None}, ["runs.m-er-200 lacks the key 'replay_batch'", "buffer samples replayed"]),
+    ({"runs__m-er-200__lr": "0.1x"}, ["runs.m-er-200.lr = '0.1x' is not accepted", "float"]),
+    ({"runs__m-er-200__lr": float("nan")}, ["runs.m-er-200.lr = nan is not accepted", "finite"]),
+    ({"runs__m-er-200__lr": float("inf")}, ["runs.m-er-200.lr = inf is not accepted", "finite"]),
+    ({"runs__m-er-200__batch": 1.5}, ["runs.m-er-200.batch = 1.5", "int"]),
+    ({"runs__m-er-200__batch": True}, ["runs.m-er-200.batch = True", "int"]),
+    ({"runs__m-er-200__lr": -0.1}, ["runs.m-er-200.lr = -0.1", "greater than 0", "float > 0"]),
+    ({"runs__m-er-200__replay_bach": 16}, ["unknown key 'replay_bach'", "accepted keys"]),
+    ({"runs__m-er-200__epochs": 0}, ["runs.m-er-200.epochs must be a positive integer"]),
+    ({"runs__s-coca-200__omega": 1.0}, ["runs.s-coca-200.omega = 1.0", "less than 1"]),
+    ({"runs__s-coca-200__gamma": -0.1}, ["runs.s-coca-200.gamma = -0.1", "greater than or equal to 0"]),
+    ({"methods__coca__lambda2": "x"}, ["lambda2"]),
+    ({"methods__coca__lambda3": 1.0}, ["methods.coca has unknown key(s) ['lambda3']"]),
+    ({"methods__er-x": {"algorithm": "err"}}, ["methods.er-x.algorithm", "known methods"]),
+    ({"report__figures": "yes"}, ["report.figures = 'yes'"]),
+    ({"report__visualise": {"benchmark": "mnist-360", "cells": ["er/500"]}}, ["report.visualise.cells", "er/500"]),
+    ({"report__colour": "blue"}, ["report has an unknown key 'colour'"]),
 ])
-def test_bad_values_name_the_key(change, words):
+def test_bad_run_settings_name_the_key(change, words):
     with pytest.raises(ParamsError) as err:
-        validate(params(**change))
+        check_runs(params(**change))
     for w in words:
         assert w in str(err.value)
 
 
-def test_two_runs_writing_one_cell_are_refused():
+@pytest.mark.parametrize("change, words", [
+    ({"benchmarks__mnist-360__kind": "mnist-720"}, ["benchmarks.mnist-360.kind", "known kinds"]),
+    ({"benchmarks__mnist-360__source": "emnist"}, ["benchmarks.mnist-360.source", "emnist"]),
+    ({"benchmarks__mnist-360__epochs": 0}, ["benchmarks.mnist-360.epochs = 0", "greater than 0"]),
+    ({"benchmarks__mnist-360__backbone": "vit"}, ["benchmarks.mnist-360.backbone = 'vit'", "'mlp' or 'resnet18'"]),
+    ({"benchmarks__mnist-360__validation_fraction": 1.0}, ["validation_fraction = 1.0", "less than 1"]),
+    ({"benchmarks__seq__n_tasks": None}, ["benchmarks.seq lacks the key 'n_tasks'"]),
+    ({"benchmarks__seq__draw": "with-replacement"}, ["benchmarks.seq has an unknown key 'draw'"]),
+    ({"sources__kmnist": {}}, ["sources.kmnist", "known sources"]),
+    ({"sources__mnist-bundled__train_per_class": -3}, ["sources.mnist-bundled.train_per_class = -3",
+                                                       "greater than or equal to 1"]),
+    ({"sources__mnist-bundled__train_per_clas": 300}, ["unknown key 'train_per_clas'"]),
+    ({"sources__mnist-bundled__train_per_class": 450}, ["exceeds the 500 images per digit"]),
+    ({"seeds": [0, -1]}, ["seeds"]),
+    ({"seeds": []}, ["seeds"]),
+    ({"seeds": [0, 0]}, ["seeds must be distinct"]),
+    ({"device": "tpu"}, ["params.yaml.device = 'tpu'"]),
+    ({"workers": 0}, ["params.yaml.workers = 0", "greater than or equal to 1"]),
+    ({"wokers": 2}, ["params.yaml has an unknown key 'wokers'"]),
+])
+def test_bad_data_and_top_level_settings_name_the_key(change, words):
+    with pytest.raises(ParamsError) as err:
+        check_data(params(**change))
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_a_bad_run_does_not_stop_data_preparation():
+    p = params(**{"runs__m-er-200__lr": "fast"})
+    check_data(p)                                 # sources and benchmarks resolve
+    with pytest.raises(ParamsError, match="runs.m-er-200.lr"):
+        check_runs(p)
+
+
+def test_two_runs_writing_one_folder_are_refused():
     p = params()
-    p["runs"]["copy"] = dict(p["runs"]["mnist-360-er-200"])
+    p["runs"]["copy"] = dict(p["runs"]["m-er-200"])
     with pytest.raises(ParamsError, match="both write runs/mnist-360/er/200"):
-        validate(p)
+        check_runs(p)
 
 
-def test_boundary_methods_are_refused_on_general_continual_benchmarks():
+def test_boundary_methods_are_refused_on_general_continual_benchmarks(monkeypatch):
     @register
     class NeedsBoundaries(Method):
         name = "test-needs-boundaries"
@@ -74,36 +142,44 @@ def test_boundary_methods_are_refused_on_general_continual_benchmarks():
         p["methods"]["test-needs-boundaries"] = {}
         p["runs"]["x"] = {"benchmark": "mnist-360", "method": "test-needs-boundaries", "buffer": "none",
                           "lr": 0.1, "batch": 4}
-        with pytest.raises(ParamsError, match="needs task boundaries"):
-            validate(p)
+        with pytest.raises(ParamsError, match="needs task boundaries, and benchmark 'mnist-360' has none"):
+            check_runs(p)
+        p["runs"]["x"]["benchmark"] = "seq"
+        check_runs(p)
     finally:
         del METHODS["test-needs-boundaries"]
 
 
-def test_resolve_merges_method_block_and_variant_base():
+def test_resolve_merges_defaults_method_block_and_run():
     p = params()
-    p["methods"]["er-slow"] = {"base": "er", "lr": 0.01}
-    p["runs"]["slow"] = {"benchmark": "mnist-360", "method": "er-slow", "buffer": 200, "batch": 1, "replay_batch": 8}
-    run = resolve_run(p, "slow")
+    p["methods"]["er-slow"] = {"algorithm": "er", "lr": 0.01}
+    p["runs"]["slow"] = {"benchmark": "mnist-360", "method": "er-slow", "buffer": 500, "batch": 1, "replay_batch": 8}
+    spec = resolve_run(p, "slow")
+    run = spec["run"]
     assert run["algorithm"] == "er" and run["method"] == "er-slow" and run["lr"] == 0.01
-    assert "base" not in run
+    assert "algorithm" in run and "base" not in run
+    coca = resolve_run(p, "s-coca-200")["run"]
+    assert coca["lambda1"] == 0.5 and coca["omega"] == 0.1 and coca["ckd"] is True   # block, then defaults
+    assert spec["seeds"] == [0, 1] and spec["device"] == "cpu"
 
 
-def test_variant_must_carry_its_base_settings_through_a_merge_key():
-    """A train stage depends only on its own method's block: a variant that silently inherited its
-    base's settings would not re-run when they change, so it must merge them in (YAML `<<`)."""
-    p = params()
-    p["methods"]["er"] = {"lr": 0.05}
-    p["methods"]["er-x"] = {"base": "er", "replay_batch": 4}
-    with pytest.raises(ParamsError, match=r"methods.er-x: a variant of 'er' must carry 'er'.s settings \['lr'\]"):
-        validate(p)
-    merged = yaml.safe_load("methods: {er: &er {lr: 0.05}, er-x: {<<: *er, base: er, replay_batch: 4}}")["methods"]
-    assert merged["er-x"] == {"lr": 0.05, "base": "er", "replay_batch": 4}
-    p["methods"] = {**p["methods"], **merged}
-    validate(p)
+def test_benchmark_settings_are_split_by_what_they_change():
+    """threads and label change no stored result: neither reaches a train or benchmark stage."""
+    data = check_data(params())["benchmarks"]["mnist-360"]
+    assert data["data"] == {"kind": "mnist-360", "source": "mnist-bundled", "validation_fraction": 0.0}
+    assert data["runtime"] == {"threads": 1} and data["display"] == {"label": "MNIST-360"}
+    spec = resolve_run(params(), "m-er-200")
+    assert "threads" not in spec["benchmark"] and "label" not in spec["benchmark"]
+    assert spec["benchmark"]["epochs"] == 1 and spec["benchmark"]["draw"] == "without-replacement"
 
 
-@pytest.mark.parametrize("profile", ["profiles/paper.yaml", "profiles/ci.yaml"])
+def test_a_run_may_override_its_benchmarks_epochs():
+    p = params(**{"runs__s-coca-200__epochs": 3})
+    assert resolve_run(p, "s-coca-200")["benchmark"]["epochs"] == 3
+    assert resolve_run(p, "m-er-200")["benchmark"]["epochs"] == 1
+
+
+@pytest.mark.parametrize("profile", ["params.yaml", "profiles/paper.yaml", "profiles/ci.yaml"])
 def test_every_profile_is_valid(profile):
-    with open(profile) as f:
-        validate(yaml.safe_load(f))
+    p = yaml.safe_load((ROOT / profile).read_text())
+    check_all(p)

@@ -259,9 +259,9 @@ def test_trains_end_to_end_without_task_boundaries(name, tiny_mnist360, monkeypa
     monkeypatch.setattr(cls, "begin_task", refuse)
     monkeypatch.setattr(cls, "end_task", refuse)
     monkeypatch.setattr(cls, "finish", lambda self: (seen.setdefault("method", self), finish(self)))
-    params = {"seeds": [0], "sources": {}, "benchmarks": {"b": bench_cfg}, "methods": {name: {}},
+    params = {"seeds": [0], "sources": {"synthetic": {}}, "benchmarks": {"b": bench_cfg}, "methods": {name: {}},
               "runs": {"r": {"benchmark": "b", "method": name, "buffer": 40, "lr": 0.1, "batch": 4, **RUNS[name]}}}
-    run_cfg = resolve_run(params, "r")
+    run_cfg = resolve_run(params, "r")["run"]
     result = run_seed(bench, bench_cfg, run_cfg, 0, CPU)
     method = seen["method"]
     assert result["steps"] > 20 and 0.0 <= result["class_il"] <= 100.0
@@ -272,7 +272,8 @@ def test_trains_end_to_end_without_task_boundaries(name, tiny_mnist360, monkeypa
 
 
 def test_params_validation_reads_each_methods_hyperparameters():
-    params = {"seeds": [0], "sources": {}, "benchmarks": {"b": {"kind": "mnist-360"}},
+    params = {"seeds": [0], "sources": {"mnist-bundled": {}},
+              "benchmarks": {"b": {"kind": "mnist-360", "source": "mnist-bundled", "backbone": "mlp", "epochs": 1}},
               "methods": {"derpp": {}, "gss": {}},
               "runs": {"r": {"benchmark": "b", "method": "derpp", "buffer": 200, "lr": 0.2, "batch": 16,
                              "replay_batch": 16, "alpha": 0.5},
@@ -280,4 +281,4 @@ def test_params_validation_reads_each_methods_hyperparameters():
                              "replay_batch": 16, "gss_minibatch": 16}}}
     with pytest.raises(ParamsError, match="beta"):
         resolve_run(params, "r")
-    assert resolve_run(params, "g")["batch_num"] == 1
+    assert resolve_run(params, "g")["run"]["batch_num"] == 1

@@ -25,11 +25,17 @@ def ignore(directory, names):
     return skip
 
 
-def sh(cwd, *cmd):
-    env = {**os.environ, "PYTHONPATH": str(cwd / "src")}
+def sh(cwd, *cmd, env=None, check=True):
+    env = {**os.environ, "PYTHONPATH": str(cwd / "src"), **(env or {})}
     done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
+    if check:
+        assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def stages_run(output: str) -> set[str]:
+    """The stages a `dvc repro` output says it ran."""
+    return {line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage")}
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +48,25 @@ def project(tmp_path_factory):
     sh(dst, "git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "ci profile")
     sh(dst, "dvc", "repro")
     return dst
+
+
+@contextmanager
+def edited(project, **changes):
+    """params.yaml with `a__b__c=value` set, restored (and re-run) afterwards."""
+    params_file = project / "params.yaml"
+    original = params_file.read_text()
+    params = yaml.safe_load(original)
+    for path, value in changes.items():
+        *parents, leaf = path.split("__")
+        node = params
+        for k in parents:
+            node = node[k]
+        node[leaf] = value
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        yield
+    finally:
+        params_file.write_text(original)
 
 
 @pytest.mark.e2e
@@ -70,38 +95,57 @@ def test_repro_writes_the_output_contract(project):
 
 @pytest.mark.e2e
 def test_second_repro_runs_nothing(project):
-    out = sh(project, "dvc", "repro")
+    out = sh(project, "dvc", "repro").stdout
     assert "Running stage" not in out
 
 
-@contextmanager
-def er_200_lr(project, value):
-    """params.yaml with the ER-200 cell's lr set to `value`, restored afterwards."""
-    params_file = project / "params.yaml"
-    original = params_file.read_text()
-    params = yaml.safe_load(original)
-    params["runs"]["mnist-360-er-200"]["lr"] = value
-    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
-    try:
-        yield
-    finally:
-        params_file.write_text(original)
+@pytest.mark.e2e
+def test_changing_one_run_reruns_only_that_run(project):
+    with edited(project, **{"runs__mnist-360-er-200__lr": 0.05}):
+        ran = stages_run(sh(project, "dvc", "repro").stdout)
+    assert ran == {"check@data", "check@runs", "train@mnist-360-er-200", "report"}
+    sh(project, "dvc", "repro")
 
 
 @pytest.mark.e2e
-def test_changing_one_cell_reruns_only_that_cell(project):
-    with er_200_lr(project, 0.05):
-        status = sh(project, "dvc", "status")
-    stale = {line.rstrip(":") for line in status.splitlines() if line and not line.startswith(("\t", " "))}
-    assert stale == {"train@mnist-360-er-200", "report"}, status
+def test_a_caption_reruns_only_the_report_and_threads_nothing(project):
+    with edited(project, **{"benchmarks__mnist-360__label": "another caption"}):
+        ran = stages_run(sh(project, "dvc", "repro").stdout)
+        assert ran == {"check@data", "check@runs", "report"}
+        assert "another caption" in (project / "results/tables.md").read_text()
+    sh(project, "dvc", "repro")
+    with edited(project, **{"benchmarks__mnist-360__threads": 2}):
+        ran = stages_run(sh(project, "dvc", "repro").stdout)
+        assert ran == {"check@data", "check@runs"}
+    sh(project, "dvc", "repro")
 
 
 @pytest.mark.e2e
-def test_a_bad_param_stops_the_stage_with_a_clear_error(project):
-    env = {**os.environ, "PYTHONPATH": str(project / "src")}
-    with er_200_lr(project, "fast"):
-        done = subprocess.run(["dvc", "repro", "-s", "train@mnist-360-er-200"], cwd=project, env=env,
-                              capture_output=True, text=True)
-    assert done.returncode != 0
-    assert "runs.mnist-360-er-200.lr must be a float, got 'fast'" in done.stdout + done.stderr
-    assert not (project / ".gcl-progress" / "mnist-360-er-200").exists()   # stopped before training
+def test_importing_with_bytecode_on_leaves_every_stage_up_to_date(project):
+    """On a user's machine Python writes __pycache__ into the source folders that stages depend on."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = str(project / "src")
+    code = ("import pkgutil, importlib, gcl, gcl.methods, gcl.data\n"
+            "for m in pkgutil.walk_packages(gcl.__path__, 'gcl.'):\n    importlib.import_module(m.name)\n")
+    subprocess.run(["python", "-c", code], cwd=project, env=env, check=True)
+    subprocess.run(["python", "-m", "pytest", "-q", "--collect-only", "tests/test_buffer.py"], cwd=project,
+                   env=env, check=True, capture_output=True)
+    assert list((project / "src" / "gcl" / "methods").glob("__pycache__/*.pyc"))
+    status = sh(project, "dvc", "status").stdout
+    assert "up to date" in status, status
+
+
+@pytest.mark.e2e
+def test_a_bad_param_stops_repro_before_training_with_the_projects_message(project):
+    for change, message in [
+        ({"runs__mnist-360-er-200__lr": "fast"}, "runs.mnist-360-er-200.lr = 'fast' is not accepted"),
+        ({"runs__mnist-360-er-200__method": "err"}, "runs.mnist-360-er-200.method: 'err' has no block under methods"),
+        ({"workers": 0}, "params.yaml.workers = 0 is not accepted"),
+    ]:
+        with edited(project, **change):
+            done = sh(project, "dvc", "repro", check=False)
+        assert done.returncode != 0, change
+        assert message in done.stdout + done.stderr
+        assert not {s for s in stages_run(done.stdout) if s.startswith("train@")}
+        assert not (project / ".gcl-progress" / "mnist-360-er-200").exists()   # stopped before training
+    assert stages_run(sh(project, "dvc", "repro").stdout) <= {"check@data", "check@runs"}

@@ -7,7 +7,8 @@ import pytest
 import torch
 from torchvision.datasets import CIFAR10
 
-from gcl.config import BENCHMARK_KEYS, ParamsError, validate
+from gcl.config import ParamsError, check_data
+from gcl.data.benchmarks import SequentialSettings
 from gcl.data import sequential
 from gcl.data.augment import Normalize, TrainAugment
 from gcl.data.benchmarks import KINDS, build_benchmark, load_benchmark
@@ -35,7 +36,7 @@ def test_tasks_hold_consecutive_labels_and_test_groups_are_tasks():
     assert torch.equal(bench["test_x"], src["test_x"]) and bench["evaluated_on"] == "test"
     assert bench["group_names"][0] == "c0, c1" and len(bench["group_names"]) == 5
     assert bench["train_x"].dtype == torch.uint8 and bench["input_shape"] == [1, 8, 8]
-    assert bench["mean"] is None and bench["augment"] is True
+    assert bench["mean"] is None
 
 
 def test_fewer_tasks_use_the_first_classes_and_too_many_are_refused():
@@ -80,26 +81,26 @@ def test_stream_epochs_permute_each_task_and_eval_at_task_ends():
 
 def test_transforms_follow_the_source_statistics_and_the_augment_switch():
     bench = sequential.build_benchmark(source(channels=3, stats=True), cfg())
-    train, test = sequential.transforms(bench)
+    train, test = sequential.transforms(bench, {"augment": True})
     assert isinstance(train, TrainAugment) and isinstance(test, Normalize) and train.padding == 4
     x = bench["test_x"][:4]
     assert torch.allclose(test(x), (x.float() / 255 - 0.5) / 0.25)
-    plain = sequential.build_benchmark(source(), cfg(augment=False))
-    train, test = sequential.transforms(plain)
+    plain = sequential.build_benchmark(source(), cfg())
+    train, test = sequential.transforms(plain, {"augment": False})
     assert train is test and torch.equal(test(plain["test_x"]), plain["test_x"].float() / 255)
 
 
 def test_params_accept_the_sequential_keys():
-    assert {"n_tasks", "classes_per_task", "augment"} <= set(BENCHMARK_KEYS)
+    assert {"n_tasks", "classes_per_task", "augment"} <= set(SequentialSettings.model_fields)
     params = {"seeds": [0], "sources": {"mnist-bundled": {}}, "methods": {"sgd": {}},
               "benchmarks": {"seq-mnist": {"kind": "sequential", "source": "mnist-bundled", "backbone": "mlp",
                                            "epochs": 1, "n_tasks": 5, "classes_per_task": 2, "augment": False}},
               "runs": {"seq-mnist-sgd": {"benchmark": "seq-mnist", "method": "sgd", "buffer": "none",
                                          "lr": 0.1, "batch": 10}}}
-    validate(params)
+    check_data(params)
     params["benchmarks"]["seq-mnist"]["n_tasks"] = "5"
-    with pytest.raises(ParamsError, match="n_tasks must be a int"):
-        validate(params)
+    with pytest.raises(ParamsError, match="benchmarks.seq-mnist.n_tasks = '5' is not accepted: input should be a valid integer"):
+        check_data(params)
 
 
 def test_sequential_is_a_kind_with_tasks():

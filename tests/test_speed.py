@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from gcl.data.benchmarks import build_benchmark
-from image_fixtures import SEQ_BENCHMARK, write_er_params, labelled_source as source
+from gcl.config import resolve_benchmark
+from image_fixtures import write_er_params, labelled_source as source
 
 SPEED = Path(__file__).resolve().parents[1] / "benchmarks" / "speed.py"
 
@@ -42,8 +43,9 @@ def test_bf16_and_channels_last_options_run(speed, capsys):
 
 
 def test_time_one_cell_of_a_params_file(speed, tmp_path, monkeypatch, capsys):
-    write_er_params(tmp_path)
-    build_benchmark(SEQ_BENCHMARK, source(per_class=8), tmp_path / "data" / "benchmarks" / "seq")
+    params = write_er_params(tmp_path)
+    data = resolve_benchmark(params, "seq")["data"]
+    build_benchmark(data, source(per_class=8), tmp_path / "data" / "benchmarks" / "seq")
     monkeypatch.chdir(tmp_path)
     assert speed.main(["--cell", "seq-er-50"]) is None
     out = capsys.readouterr().out

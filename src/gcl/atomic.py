@@ -50,7 +50,17 @@ def write_text(path: str | Path, text: str) -> None:
 
 
 def write_json(path: str | Path, obj: Any) -> None:
-    write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    """Strict JSON: a NaN or infinity raises (bare NaN is not JSON, and no reader should get one)."""
+    write_text(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n")
+
+
+def remove_stale_temporaries(folder: str | Path) -> list[Path]:
+    """Delete the `.<name>.*.tmp` files and folders a killed write left in `folder` (not recursive)."""
+    folder = Path(folder)
+    stale = sorted(folder.glob(".*.tmp")) if folder.is_dir() else []
+    for p in stale:
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    return stale
 
 
 def save_tensors(path: str | Path, obj: Any) -> None:

@@ -1,189 +1,232 @@
-"""params.yaml: loading, validation before any work, and the resolved settings of one run.
+"""params.yaml: validation before any work, and the resolved settings each stage reads.
 
-Every check names the offending key and what it accepts, so a typo stops a stage at once
-instead of silently training with a default.
+Every block is checked against its declaration (gcl.settings): the top level here, a source's in
+gcl.data.sources, a benchmark kind's in gcl.data.benchmarks, a method's in its own module. The
+`check@data` stage resolves the sources and benchmarks, `check@runs` the runs and the report; each
+writes one small JSON file per entry under resolved/, and every other stage depends on its own file
+only. So a changed caption re-runs the report alone, a changed thread count nothing, and a typo in
+a run stops `dvc repro` before any training (data preparation does not depend on the runs).
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 
 import yaml
+from pydantic import Field, field_validator
 
-from gcl.backbones import BACKBONES
-from gcl.data.benchmarks import KINDS
-from gcl.data.sources import SOURCES
-from gcl.methods import METHODS
-from gcl.settings import ParamsError, validate as validate_settings
+from gcl.settings import ParamsError, Settings, validate
 
-TOP_KEYS = {"seeds", "device", "workers", "sources", "benchmarks", "methods", "runs", "report"}
-BENCHMARK_KEYS = {"kind": str, "source": str, "backbone": str, "epochs": int, "threads": int,
-                  "draw": str, "validation_fraction": float, "label": str,
-                  "n_tasks": int, "classes_per_task": int, "augment": bool,
-                  "channels_last": bool, "bf16": bool}
-RUN_KEYS = {"benchmark", "method", "buffer"}
+RUN_KEYS = ("benchmark", "method", "buffer", "epochs")   # a run block's own keys; the rest are method settings
+DEVICE_PATTERN = r"^(auto|cpu|cuda(:\d+)?)$"
+
+
+class TopLevel(Settings):
+    """The top level of params.yaml."""
+
+    seeds: list[int] = Field(min_length=1, description="seeds every run is repeated over (distinct, >= 0)")
+    device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto | cpu | cuda | cuda:N")
+    workers: int = Field(1, ge=1, description="processes that train one run's seeds side by side (speed only)")
+    sources: dict[str, dict | None] = Field(description="raw data sources, by name")
+    benchmarks: dict[str, dict] = Field(description="benchmarks, by name")
+    methods: dict[str, dict | None] = Field(description="named method configurations (rows of the tables)")
+    runs: dict[str, dict] = Field(description="one entry per table cell: benchmark, method, buffer, settings")
+    report: dict | None = Field(None, description="what the report draws")
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct(cls, seeds: list[int]) -> list[int]:
+        if any(s < 0 for s in seeds):
+            raise ValueError("seeds must be >= 0")
+        if len(set(seeds)) != len(seeds):
+            raise ValueError("seeds must be distinct (a repeated seed would be counted twice in the std)")
+        return seeds
+
+
+class Visualise(Settings):
+    benchmark: str = Field(description="the benchmark whose runs are drawn")
+    cells: list[str] = Field(min_length=1, description="'method/buffer' of runs on that benchmark")
+
+
+class Sensitivity(Settings):
+    benchmark: str = Field(description="the benchmark of the sweep")
+    buffer: int = Field(gt=0, description="the buffer of the sweep")
+    omega: list[str] = Field([], description="methods (CoCa configurations) whose runs sweep omega")
+    gamma: list[str] = Field([], description="methods (CoCa configurations) whose runs sweep gamma")
+
+
+class ReportSettings(Settings):
+    figures: bool = Field(True, description="draw the PNG figures")
+    visualise: Visualise | None = Field(None, description="t-SNE and confusion matrices of these runs, first seed")
+    sensitivity: Sensitivity | None = Field(None, description="Figure 4: Class-IL against omega and gamma")
+    method_labels: dict[str, str] = Field({}, description="how the report names a method (default: its key)")
 
 
 def load_params(path: str | Path = "params.yaml") -> dict:
+    """The raw params file, with its top level validated."""
     path = Path(path)
     if not path.exists():
         raise ParamsError(f"{path} not found: run from the project root, or copy a profile from profiles/")
-    with open(path) as f:
-        params = yaml.safe_load(f)
-    validate(params)
+    try:
+        params = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"{path} is not valid YAML: {exc}") from None
+    validate(TopLevel, params, path.name)
     return params
 
 
-def _check_type(where: str, value, kind: type, positive: bool = False) -> None:
-    ok = isinstance(value, kind) and not isinstance(value, bool)
-    if kind is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind is bool:
-        ok = isinstance(value, bool)
-    if not ok:
-        raise ParamsError(f"{where} must be a {kind.__name__}, got {value!r}")
-    if positive and kind in (int, float) and value <= 0:
-        raise ParamsError(f"{where} must be positive, got {value!r}")
+def check_top(params: dict) -> TopLevel:
+    return validate(TopLevel, params, "params.yaml")
 
 
-def _check_keys(where: str, block, allowed) -> None:
+def read_resolved(path: Path) -> dict:
+    """A file that a check@ stage wrote, or an error saying how to make it."""
+    import json
+    if not path.exists():
+        stage = "check@data" if "data" in path.parts else "check@runs"
+        raise ParamsError(f"{path} does not exist: run `dvc repro {stage}` (it validates params.yaml and writes it)")
+    return json.loads(path.read_text())
+
+
+# ---------------------------------------------------------------------------- data
+
+def resolve_source(params: dict, name: str) -> dict:
+    from gcl.data.sources import SOURCES
+    if name not in SOURCES:
+        raise ParamsError(f"sources.{name}: unknown data source; known sources: {sorted(SOURCES)}")
+    return validate(SOURCES[name].Settings, params["sources"][name], f"sources.{name}").model_dump()
+
+
+def resolve_benchmark(params: dict, name: str) -> dict[str, dict]:
+    """The benchmark's settings split into groups: data, training, runtime, display (gcl.data.benchmarks)."""
+    from gcl.data.benchmarks import KINDS, groups
+    block, where = params["benchmarks"].get(name), f"benchmarks.{name}"
+    if block is None:
+        raise ParamsError(f"{where} does not exist; defined benchmarks: {sorted(params['benchmarks'])}")
     if not isinstance(block, dict):
         raise ParamsError(f"{where} must be a mapping, got {block!r}")
-    unknown = set(block) - set(allowed)
-    if unknown:
-        raise ParamsError(f"{where} has unknown key(s) {sorted(unknown)}; accepted keys: {sorted(allowed)}")
+    kind = block.get("kind")
+    if kind not in KINDS:
+        raise ParamsError(f"{where}.kind: unknown benchmark kind {kind!r}; known kinds: {sorted(KINDS)}")
+    settings = validate(KINDS[kind].Settings, block, where)
+    if settings.source not in params["sources"]:
+        raise ParamsError(f"{where}.source: {settings.source!r} is not listed under sources ({sorted(params['sources'])})")
+    return groups(settings)
 
 
-def validate(params: dict) -> None:
-    _check_keys("params.yaml", params, TOP_KEYS)
-    for key in ("seeds", "sources", "benchmarks", "methods", "runs"):
-        if key not in params:
-            raise ParamsError(f"params.yaml lacks the key {key!r}")
-    seeds = params["seeds"]
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
-        raise ParamsError(f"seeds must be a non-empty list of non-negative integers, got {seeds!r}")
-    workers = params.get("workers", 1)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ParamsError(f"workers (processes that train a cell's seeds side by side) must be a positive integer, "
-                          f"got {workers!r}")
-    if params.get("device", "auto") not in ("auto", "cpu", "cuda"):
-        raise ParamsError(f"device must be one of ['auto', 'cpu', 'cuda'], got {params['device']!r}")
-    for name in params["sources"]:
-        if name not in SOURCES:
-            raise ParamsError(f"sources.{name}: unknown data source; known sources: {sorted(SOURCES)}")
-    for name, b in params["benchmarks"].items():
-        _validate_benchmark(name, b, params["sources"])
-    for name, m in params["methods"].items():
-        _check_keys(f"methods.{name}", m or {}, set(METHODS[algorithm_of(params, name)].Settings.model_fields) | {"base"})
-        _check_variant_inherits(params["methods"], name)
-    cells = {}
-    for key, run in params["runs"].items():
-        resolved = resolve_run(params, key)
-        cell = (resolved["benchmark"], resolved["method"], str(resolved["buffer"]))
-        if cell in cells:
-            raise ParamsError(f"runs.{key} and runs.{cells[cell]} both write runs/{'/'.join(cell)}: "
-                              "give one of them another benchmark, method or buffer")
-        cells[cell] = key
+def check_data(params: dict) -> dict[str, dict]:
+    """Every source and benchmark, resolved: {"sources": {name: settings}, "benchmarks": {name: groups}}."""
+    check_top(params)
+    return {"sources": {n: resolve_source(params, n) for n in params["sources"]},
+            "benchmarks": {n: resolve_benchmark(params, n) for n in params["benchmarks"]}}
 
 
-def _validate_benchmark(name: str, b: dict, sources: dict) -> None:
-    where = f"benchmarks.{name}"
-    _check_keys(where, b, BENCHMARK_KEYS)
-    for key in ("kind", "source", "backbone", "epochs"):
-        if key not in b:
-            raise ParamsError(f"{where} lacks the key {key!r}")
-    for key, value in b.items():
-        _check_type(f"{where}.{key}", value, BENCHMARK_KEYS[key], positive=key in ("epochs", "threads", "n_tasks", "classes_per_task"))
-    if b["kind"] not in KINDS:
-        raise ParamsError(f"{where}.kind: unknown benchmark kind {b['kind']!r}; known kinds: {sorted(KINDS)}")
-    if b["source"] not in sources:
-        raise ParamsError(f"{where}.source: {b['source']!r} is not listed under sources ({sorted(sources)})")
-    if b["backbone"] not in BACKBONES:
-        raise ParamsError(f"{where}.backbone: unknown backbone {b['backbone']!r}; known: {sorted(BACKBONES)}")
-    if not 0.0 <= b.get("validation_fraction", 0.0) < 1.0:
-        raise ParamsError(f"{where}.validation_fraction must lie in [0, 1), got {b['validation_fraction']!r}")
+# ---------------------------------------------------------------------------- runs
 
-
-def _check_variant_inherits(methods: dict, name: str) -> None:
-    """A variant's block must hold its base's settings, written with a YAML merge key
-    (`coca-ckd: {<<: *coca, base: coca, pt: false}`): a train stage depends on its own method's block
-    only, so settings inherited any other way would not re-run the variant when the base changes."""
-    base = (methods[name] or {}).get("base")
-    if base is None or base == name or not methods.get(base):
-        return
-    block = methods[name]
-    missing = sorted(k for k in methods[base] if k not in block)
-    if missing:
-        raise ParamsError(f"methods.{name}: a variant of {base!r} must carry {base!r}'s settings {missing}; "
-                          f"anchor the base (`{base}: &{base} {{...}}`) and merge it into the variant "
-                          f"(`{name}: {{<<: *{base}, base: {base}, ...}}`) so that DVC re-runs the variant when they change")
+def algorithm_of(params: dict, method: str) -> str:
+    """The implementation behind a named method: the name itself, or its `algorithm:` (CoCa's ablations
+    are configurations of one class, e.g. `coca-ckd: {algorithm: coca, pt: false, scl: false}`)."""
+    from gcl.methods import METHODS
+    block = params["methods"].get(method) or {}
+    algorithm = block.get("algorithm", method)
+    if algorithm not in METHODS:
+        what = f"methods.{method}.algorithm" if "algorithm" in block else f"methods.{method}"
+        raise ParamsError(f"{what}: unknown method {algorithm!r}; known methods: {sorted(METHODS)} "
+                          "(`python -m gcl.describe` lists them with their settings)")
+    return algorithm
 
 
 def resolve_run(params: dict, key: str) -> dict:
-    """The run block merged over its method's shared block and the method's defaults, validated."""
+    """One run, fully resolved: {"run": flat settings (benchmark, method, buffer, algorithm, the method's
+    settings), "benchmark": the benchmark's training settings (epochs possibly overridden by the run),
+    "seeds", "device"}. Method settings come from the class defaults, then `methods.<method>`, then the run."""
+    from gcl.data.benchmarks import KINDS
+    from gcl.methods import METHODS
     runs = params["runs"]
     if key not in runs:
         raise ParamsError(f"runs.{key} does not exist; defined runs: {sorted(runs)}")
     run, where = runs[key], f"runs.{key}"
     if not isinstance(run, dict):
         raise ParamsError(f"{where} must be a mapping, got {run!r}")
-    for k in RUN_KEYS:
+    for k in ("benchmark", "method", "buffer"):
         if k not in run:
             raise ParamsError(f"{where} lacks the key {k!r}")
-    method_name, bench_name = run["method"], run["benchmark"]
+    method, bench_name = run["method"], run["benchmark"]
     if bench_name not in params["benchmarks"]:
         raise ParamsError(f"{where}.benchmark: unknown benchmark {bench_name!r}; defined: {sorted(params['benchmarks'])}")
-    if method_name not in params["methods"]:
-        raise ParamsError(f"{where}.method: {method_name!r} has no block under methods; defined: "
-                          f"{sorted(params['methods'])} (a registered method needs `methods.{method_name}: {{}}`)")
-    algorithm = algorithm_of(params, method_name)
+    if method not in params["methods"]:
+        raise ParamsError(f"{where}.method: {method!r} has no block under methods; defined: "
+                          f"{sorted(params['methods'])} (a registered method needs `methods.{method}: {{}}`)")
+    algorithm = algorithm_of(params, method)
     cls = METHODS[algorithm]
-    shared = {k: v for k, v in (params["methods"][method_name] or {}).items() if k != "base"}
-    own = {k: v for k, v in run.items() if k not in RUN_KEYS}
-    settings = validate_settings(cls.Settings, {**shared, **own}, where)
-    merged = {**{k: run[k] for k in RUN_KEYS}, **settings.model_dump(), "algorithm": algorithm}
-    buffer = merged["buffer"]
+    shared = {k: v for k, v in (params["methods"][method] or {}).items() if k != "algorithm"}
+    try:
+        settings = validate(cls.Settings, {**shared, **{k: v for k, v in run.items() if k not in RUN_KEYS}}, where)
+    except ParamsError as exc:
+        raise ParamsError(f"{exc}\n(method {method!r} is {algorithm!r}; `python -m gcl.describe {algorithm}` "
+                          "lists its settings)") from None
+    buffer = run["buffer"]
     if cls.uses_buffer:
         if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer <= 0:
-            raise ParamsError(f"{where}.buffer must be a positive integer for method {method_name!r}, got {buffer!r}")
+            raise ParamsError(f"{where}.buffer must be a positive integer for method {method!r}, got {buffer!r}")
     elif buffer != "none":
-        raise ParamsError(f"{where}.buffer must be 'none': method {method_name!r} keeps no buffer (got {buffer!r})")
-    kind = KINDS[params["benchmarks"][bench_name]["kind"]]
-    if cls.needs_boundaries and not kind.has_tasks:
-        raise ParamsError(f"{where}: method {method_name!r} needs task boundaries, and benchmark {bench_name!r} "
-                          "has none (general continual); drop this run")
-    return merged
+        raise ParamsError(f"{where}.buffer must be 'none': method {method!r} keeps no buffer (got {buffer!r})")
+    groups = resolve_benchmark(params, bench_name)
+    training = groups["training"]
+    if "epochs" in run:
+        epochs = run["epochs"]
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs <= 0:
+            raise ParamsError(f"{where}.epochs must be a positive integer (it overrides benchmarks.{bench_name}.epochs), "
+                              f"got {epochs!r}")
+        training["epochs"] = epochs
+    if cls.needs_boundaries and not KINDS[training["kind"]].has_tasks:
+        raise ParamsError(f"{where}: method {method!r} ({algorithm}) needs task boundaries, and benchmark {bench_name!r} "
+                          "has none (general continual: no method is ever told where a task ends); drop this run")
+    flat = {"benchmark": bench_name, "method": method, "buffer": buffer, "algorithm": algorithm,
+            **settings.model_dump()}
+    top = check_top(params)
+    return {"key": key, "run": flat, "benchmark": training, "data": groups["data"], "seeds": top.seeds,
+            "device": top.device}
 
 
-def algorithm_of(params: dict, method_name: str) -> str:
-    """The registered method behind a name under `methods`: the name itself, or the `base` of a variant
-    (CoCa's ablations are variants of one class, e.g. `coca-ckd: {base: coca, pt: false, scl: false}`)."""
-    block = params["methods"].get(method_name) or {}
-    algorithm = block.get("base", method_name)
-    if algorithm not in METHODS:
-        what = f"methods.{method_name}.base" if "base" in block else f"methods.{method_name}"
-        raise ParamsError(f"{what}: unknown method {algorithm!r}; known methods: {sorted(METHODS)}")
-    return algorithm
+def resolve_report(params: dict) -> dict:
+    """What the report reads: the runs (flat), the benchmarks' display settings, seeds, the report block."""
+    report = validate(ReportSettings, params.get("report"), "report")
+    runs = {key: resolve_run(params, key)["run"] for key in params["runs"]}
+    benchmarks = {}
+    for name in params["benchmarks"]:
+        g = resolve_benchmark(params, name)
+        benchmarks[name] = {**g["display"], "source": g["data"]["source"], "kind": g["data"]["kind"]}
+    cells = {(r["benchmark"], f"{r['method']}/{r['buffer']}") for r in runs.values()}
+    if report.visualise:
+        missing = [c for c in report.visualise.cells if (report.visualise.benchmark, c) not in cells]
+        if missing:
+            raise ParamsError(f"report.visualise.cells: {missing} are not runs on {report.visualise.benchmark!r}; "
+                              f"use 'method/buffer' of a run on that benchmark")
+    return {"seeds": params["seeds"], "benchmarks": benchmarks, "runs": runs, "report": report.model_dump()}
 
 
-# The on-disk layout that dvc.yaml's outs name: prepare@ writes a source's data.pt, benchmark@ its
-# benchmark.pt, train@ a cell's folder.
-def source_file(name: str) -> Path:
-    return Path("data", "raw", name, "data.pt")
+def check_runs(params: dict) -> dict:
+    """Every run and the report, resolved; two runs writing one folder are refused."""
+    check_top(params)
+    for name, block in params["methods"].items():
+        from gcl.methods import METHODS
+        algorithm = algorithm_of(params, name)
+        shared = {k: v for k, v in (block or {}).items() if k != "algorithm"}
+        unknown = sorted(set(shared) - set(METHODS[algorithm].Settings.model_fields))
+        if unknown:
+            raise ParamsError(f"methods.{name} has unknown key(s) {unknown}; {algorithm!r} accepts: "
+                              f"{sorted(METHODS[algorithm].Settings.model_fields)} and 'algorithm'")
+    runs, folders = {}, {}
+    for key in params["runs"]:
+        runs[key] = resolve_run(params, key)
+        folder = run_folder(runs[key]["run"])
+        if folder in folders:
+            raise ParamsError(f"runs.{key} and runs.{folders[folder]} both write {folder}: "
+                              "give one of them another benchmark, method or buffer")
+        folders[folder] = key
+    return {"runs": runs, "report": resolve_report(params)}
 
 
-def benchmark_file(name: str) -> Path:
-    return Path("data", "benchmarks", name, "benchmark.pt")
-
-
-def cell_dir(run_cfg: dict) -> Path:
-    return Path("runs") / run_cfg["benchmark"] / run_cfg["method"] / str(run_cfg["buffer"])
-
-
-def fingerprint(*parts) -> str:
-    """Hash of settings and of the library's source: a cached result is reused only if both match."""
-    h = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode())
-    for path in sorted(Path(__file__).parent.rglob("*.py")):
-        h.update(path.read_bytes())
-    return h.hexdigest()[:16]
+def run_folder(run: dict) -> str:
+    from gcl.layout import run_dir
+    return str(run_dir(run))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from gcl.atomic import atomic_path, write_json, write_text
-from gcl.config import cell_dir, resolve_run
+from gcl.layout import run_dir
 
 # Row order of the paper's tables, our variants after their method; other methods follow, alphabetically.
 PAPER_ORDER = ["joint", "sgd", "lwf", "oewc", "si", "cndpm", "gem", "icarl", "fdr", "hal",
@@ -41,8 +41,8 @@ class ReportError(RuntimeError):
 
 def load_cells(params: dict) -> list[dict]:
     cells = []
-    for key in params["runs"]:
-        path = cell_dir(resolve_run(params, key)) / "metrics.json"
+    for key, run in params["runs"].items():
+        path = run_dir(run) / "metrics.json"
         if not path.exists():
             raise ReportError(f"{path} (cell {key}) is missing: run `dvc repro` so its train stage runs first")
         cells.append(json.loads(path.read_text()))
@@ -132,7 +132,7 @@ def render_tables(params: dict, summary: pd.DataFrame, paper: pd.DataFrame) -> s
     out.write("Data:\n\n")
     for b in benchmarks:
         cfg = params["benchmarks"][b]
-        out.write(f"- **{b}**: {cfg.get('label', cfg['source'])} (source `{cfg['source']}`)\n")
+        out.write(f"- **{b}**: {cfg.get('label') or cfg['source']} (source `{cfg['source']}`)\n")
     methods = set(summary.method)
     notes = [text for m, text in FOOTNOTES.items() if m in methods]
     out.write("\n## Table 1: Class-IL / general continual accuracy\n\n")
@@ -251,7 +251,7 @@ def plot_tsne(bench: str, cells: list[dict], path: Path) -> Path:
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(cells), figsize=(3.2 * len(cells), 3.4), squeeze=False)
     for ax, c in zip(axes[0], cells):
-        saved = torch.load(cell_dir(c) / "features.pt", weights_only=True)
+        saved = torch.load(run_dir(c) / "features.pt", weights_only=True)
         xy = TSNE(n_components=2, init="pca", perplexity=30, random_state=0).fit_transform(saved["features"].float().numpy())
         points = ax.scatter(xy[:, 0], xy[:, 1], c=saved["labels"].numpy(), cmap="tab10", s=3)
         ax.set_title(f"{c['method']} ({c['buffer']})", fontsize=9)

@@ -59,7 +59,7 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
     features of that many evaluation images (for t-SNE), which the caller stores apart from the JSON.
     """
     kind = kind_of(bench_cfg)
-    train_transform, test_transform = kind.transforms(bench)
+    train_transform, test_transform = kind.transforms(bench, bench_cfg)
     generator = seed_everything(seed)
     method_cls = METHODS[run_cfg["algorithm"]]
     # an offline method (JOINT) is shown the data once and makes its own `epochs` passes over it

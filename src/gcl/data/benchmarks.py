@@ -3,37 +3,93 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Literal
 
 import torch
+from pydantic import Field
 
 from gcl.atomic import save_tensors
+from gcl.backbones import BACKBONES
 from gcl.data import mnist360, sequential
 from gcl.data.stream import Stream
 from gcl.data.transforms import to_unit_float
+from gcl.settings import Settings
+
+Backbone = Literal[tuple(BACKBONES)]
 
 
 class BenchmarkError(RuntimeError):
     """A benchmark file is missing or does not match its configuration."""
 
 
+class BenchmarkSettings(Settings):
+    """Settings every benchmark kind reads. Each field belongs to one of four groups (see `groups`):
+    data (what benchmark@ builds from), training (what changes a run's numbers), runtime (how fast,
+    not what) and display (the report's words)."""
+
+    kind: str
+    source: str = Field(description="a key of sources: the raw data this benchmark is built from")
+    backbone: Backbone = Field(description="the network: mlp (MNIST) or resnet18 (the image benchmarks)")
+    epochs: int = Field(gt=0, description="passes over each task (1: a single pass over the stream)")
+    validation_fraction: float = Field(0.0, ge=0, lt=1, description="share of each class's training images "
+                                       "held out and evaluated instead of the test set (tuning only)")
+    bf16: bool = Field(False, description="bf16 autocast in training and evaluation (CUDA option)")
+    channels_last: bool = Field(False, description="channels_last memory format for convolutions (CUDA option)")
+    threads: int = Field(1, gt=0, description="CPU threads per training process (speed only; not a dependency)")
+    label: str = Field("", description="how the report names this benchmark")
+
+
+class Mnist360Settings(BenchmarkSettings):
+    kind: Literal["mnist-360"]
+    draw: Literal[mnist360.DRAW_MODES] = Field(
+        "without-replacement", description="each chunk image drawn once, or with replacement as the reference loader")
+
+
+class SequentialSettings(BenchmarkSettings):
+    kind: Literal["sequential"]
+    n_tasks: int = Field(gt=0, description="tasks, shown one after the other")
+    classes_per_task: int = Field(gt=0, description="classes of each task, in the source's label order")
+    augment: bool = Field(True, description="random crop (padding 4) and horizontal flip of training images")
+
+
+DATA_FIELDS = {"kind", "source", "validation_fraction", "n_tasks", "classes_per_task"}
+RUNTIME_FIELDS = {"threads"}
+DISPLAY_FIELDS = {"label"}
+
+
+def groups(settings: BenchmarkSettings) -> dict[str, dict]:
+    """The settings split by what they change: `data` (the benchmark file), `training` (a run's numbers),
+    `runtime` and `display` (nothing that is stored)."""
+    values = settings.model_dump()
+    out = {"data": {}, "training": {}, "runtime": {}, "display": {}}
+    for key, value in values.items():
+        group = ("runtime" if key in RUNTIME_FIELDS else "display" if key in DISPLAY_FIELDS
+                 else "data" if key in DATA_FIELDS else "training")
+        out[group][key] = value
+    out["training"]["kind"] = values["kind"]
+    return out
+
+
 @dataclass(frozen=True)
 class BenchmarkKind:
-    build: Callable[[dict, dict], dict]                       # (source tensors, cfg) -> benchmark dict
-    stream: Callable[[dict, dict, int, torch.Generator], Stream]   # (bench, cfg, batch, gen) -> Stream
-    # bench -> (train transform, test transform), each a batched uint8 -> network input map on the device
-    transforms: Callable[[dict], tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]]
+    Settings: type[BenchmarkSettings]
+    build: Callable[[dict, dict], dict]                       # (source tensors, data settings) -> benchmark dict
+    stream: Callable[[dict, dict, int, torch.Generator], Stream]   # (bench, training settings, batch, gen) -> Stream
+    # (bench, training settings) -> (train transform, test transform), batched uint8 -> network input on the device
+    transforms: Callable[[dict, dict], tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]]
     has_tasks: bool
 
 
 KINDS: dict[str, BenchmarkKind] = {
     "mnist-360": BenchmarkKind(
+        Settings=Mnist360Settings,
         build=lambda source, cfg: mnist360.build_benchmark(source, float(cfg.get("validation_fraction", 0.0))),
         stream=lambda bench, cfg, batch, gen: mnist360.build_stream(bench, batch, gen, cfg.get("draw", "without-replacement")),
-        transforms=lambda bench: (to_unit_float, to_unit_float),
+        transforms=lambda bench, cfg: (to_unit_float, to_unit_float),
         has_tasks=False,
     ),
     "sequential": BenchmarkKind(
+        Settings=SequentialSettings,
         build=sequential.build_benchmark,
         stream=sequential.build_stream,
         transforms=sequential.transforms,

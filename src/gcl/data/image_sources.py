@@ -22,7 +22,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from gcl.data.sources import SourceError, register_source
+from pydantic import Field
+
+from gcl.data.sources import SourceError, SourceSettings, register_source
 
 # torchvision is imported inside the functions that read or download files: importing it takes about
 # a second (it pulls in torch._dynamo), which every train stage would otherwise pay for nothing.
@@ -70,16 +72,16 @@ def _cifar_fix(name: str, cls, root: Path) -> str:
 def _fetch_cifar_archive(name: str, cls, cfg: dict, root: Path, problem: str) -> None:
     """Put the original files under `root/<base_folder>`: from a local archive, or by downloading one."""
     from torchvision.datasets.utils import check_integrity, download_url, extract_archive
-    if cfg.get("archive"):
+    if cfg["archive"]:
         archive = Path(cfg["archive"])
         if not archive.is_file():
             raise SourceError(f"sources.{name}.archive: {archive} does not exist. {_cifar_fix(name, cls, root)}")
         if not check_integrity(str(archive), cls.tgz_md5):
             raise SourceError(f"{archive} is not the original {cls.filename} (its MD5 is not {cls.tgz_md5}). "
                               f"{_cifar_fix(name, cls, root)}")
-    elif cfg.get("download", True):
+    elif cfg["download"]:
         archive = root / cls.filename
-        url = cfg.get("url", cls.url)
+        url = cfg["url"] or cls.url
         try:  # download_url keeps a copy that already matches the MD5, and verifies a fresh download
             download_url(url, str(root), filename=cls.filename, md5=cls.tgz_md5)
         except Exception as exc:
@@ -119,26 +121,36 @@ def load_cifar(name: str, cls, cfg: dict, root: Path) -> dict:
     return {**out, **_stats(name)}
 
 
-@register_source("cifar10")
-def cifar10(cfg: dict, download_dir: Path) -> dict:
-    """CIFAR-10: 50,000 / 10,000 images of 32x32x3, classes in the dataset's label order."""
-    from torchvision.datasets import CIFAR10
-    return load_cifar("cifar10", CIFAR10, cfg, download_dir)
-
-
-@register_source("cifar100")
-def cifar100(cfg: dict, download_dir: Path) -> dict:
-    """CIFAR-100 with its 100 fine labels."""
-    from torchvision.datasets import CIFAR100
-    return load_cifar("cifar100", CIFAR100, cfg, download_dir)
-
-
 # ---------------------------------------------------------------- Tiny ImageNet (the Stanford zip)
 
 TINY_URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
 TINY_FILE = "tiny-imagenet-200.zip"
 TINY_MD5 = "90528d7ca1a48142e341f4ef8d21d0de"     # 248,100,043 bytes
 TINY_ROOT = "tiny-imagenet-200"
+
+
+class ArchiveSourceSettings(SourceSettings):
+    archive: str | None = Field(None, description="a local copy of the archive to use instead of downloading")
+    url: str | None = Field(None, description="a mirror to download the archive from")
+
+
+class TinyImagenetSettings(ArchiveSourceSettings):
+    md5: str = Field(TINY_MD5, pattern="^[0-9a-f]{32}$", description="MD5 the archive must have")
+
+
+@register_source("cifar10", ArchiveSourceSettings)
+def cifar10(cfg: dict, download_dir: Path) -> dict:
+    """CIFAR-10: 50,000 / 10,000 images of 32x32x3, classes in the dataset's label order."""
+    from torchvision.datasets import CIFAR10
+    return load_cifar("cifar10", CIFAR10, cfg, download_dir)
+
+
+@register_source("cifar100", ArchiveSourceSettings)
+def cifar100(cfg: dict, download_dir: Path) -> dict:
+    """CIFAR-100 with its 100 fine labels."""
+    from torchvision.datasets import CIFAR100
+    return load_cifar("cifar100", CIFAR100, cfg, download_dir)
+
 
 
 def _tiny_fix(root: Path) -> str:
@@ -210,8 +222,8 @@ def _decode(files: _Files, names: list[str]) -> torch.Tensor:
 def _locate_tiny(cfg: dict, root: Path) -> Path:
     """The archive (or extracted folder) to read, checked or downloaded."""
     from torchvision.datasets.utils import check_integrity, download_url
-    md5 = cfg.get("md5", TINY_MD5)
-    if cfg.get("archive"):
+    md5 = cfg["md5"]
+    if cfg["archive"]:
         where = Path(cfg["archive"])
         if where.is_dir():
             return where          # an extracted folder has no checksum; its structure is checked as it is read
@@ -223,10 +235,10 @@ def _locate_tiny(cfg: dict, root: Path) -> Path:
     where = root / TINY_FILE
     if check_integrity(str(where), md5):
         return where
-    if not cfg.get("download", True):
+    if not cfg["download"]:
         state = "does not match its MD5" if where.exists() else "is missing"
         raise SourceError(f"{where} {state}, and sources.tinyimagenet.download is false. {_tiny_fix(root)}")
-    url = cfg.get("url", TINY_URL)
+    url = cfg["url"] or TINY_URL
     try:
         download_url(url, str(root), filename=TINY_FILE, md5=md5)
     except Exception as exc:
@@ -234,7 +246,7 @@ def _locate_tiny(cfg: dict, root: Path) -> Path:
     return where
 
 
-@register_source("tinyimagenet")
+@register_source("tinyimagenet", TinyImagenetSettings)
 def tinyimagenet(cfg: dict, download_dir: Path) -> dict:
     """Tiny ImageNet: classes in the order of wnids.txt; train/<wnid>/images/*.JPEG for training (in the
     images' own numbering), val/images with val/val_annotations.txt as the test set (in annotation order)."""

@@ -85,7 +85,6 @@ def build_benchmark(source: dict, cfg: dict) -> dict:
         # how the network sees the pixels: the source's statistics if it has them, else [0, 1]
         "mean": list(mean) if mean is not None else None,
         "std": list(std) if std is not None else None,
-        "augment": bool(cfg.get("augment", True)),
         "crop_padding": CROP_PADDING,
     }
 
@@ -114,8 +113,8 @@ def build_stream(bench: dict, cfg: dict, batch_size: int, generator: torch.Gener
                                 for t in range(bench["n_tasks"])])
 
 
-def transforms(bench: dict):
-    """(train, test) maps from uint8 batches to network inputs; train augments unless switched off."""
+def transforms(bench: dict, cfg: dict):
+    """(train, test) maps from uint8 batches to network inputs; train augments unless `cfg` switches it off."""
     normalize = Normalize(bench["mean"], bench["std"])
-    train = TrainAugment(normalize, bench["crop_padding"]) if bench["augment"] else normalize
+    train = TrainAugment(normalize, bench["crop_padding"]) if cfg.get("augment", True) else normalize
     return train, normalize

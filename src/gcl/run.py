@@ -1,8 +1,8 @@
-"""One table cell: run every seed and aggregate.
+"""One run (one table cell: a benchmark, a method, a buffer): train every seed and aggregate.
 
-Each finished seed is saved under .gcl-progress/ with a fingerprint of its settings and of the
-library's code, so a cell that was interrupted resumes with the seeds it had finished; the folder
-is removed once the cell's metrics.json is written.
+Each finished seed is saved under .gcl-progress/ with a fingerprint of its settings, of the
+benchmark file and of the library's code, so a run that was interrupted resumes with the seeds it
+had finished; the folder is removed once the run's metrics.json is written.
 """
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import torch
 
-from gcl.atomic import save_tensors, write_json
-from gcl.config import benchmark_file, cell_dir, fingerprint, resolve_run
+from gcl.atomic import remove_stale_temporaries, save_tensors, write_json
 from gcl.data.benchmarks import load_benchmark
+from gcl.fingerprint import fingerprint
+from gcl.layout import benchmark_file, run_dir
 from gcl.train import resolve_device, run_seed
 
 PROGRESS_DIR = Path(".gcl-progress")
@@ -31,26 +32,30 @@ def mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
-def _seed_in_worker(bench_path: str, bench_cfg: dict, run_cfg: dict, seed: int, device: str,
-                    feature_samples: int) -> dict:
+def _seed_in_worker(bench_path: str, data_cfg: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: str,
+                    feature_samples: int, threads: int) -> dict:
     """One seed in a fresh process: the same numbers as in the parent (every RNG is seeded per run)."""
-    torch.set_num_threads(bench_cfg.get("threads", 1))
-    bench = load_benchmark(bench_path, bench_cfg)
+    torch.set_num_threads(threads)
+    bench = load_benchmark(bench_path, data_cfg)
     return run_seed(bench, bench_cfg, run_cfg, seed, torch.device(device), feature_samples)
 
 
-def train_cell(params: dict, key: str) -> Path:
-    run_cfg = resolve_run(params, key)
-    bench_cfg = params["benchmarks"][run_cfg["benchmark"]]
-    device = resolve_device(params.get("device", "auto"))
-    torch.set_num_threads(bench_cfg.get("threads", 1))
+def train_run(spec: dict, workers: int = 1, threads: int = 1) -> Path:
+    """Every seed of the resolved run `spec` (gcl.config.resolve_run); `workers` processes side by side,
+    `threads` CPU threads each (neither changes the numbers)."""
+    key, run_cfg, bench_cfg = spec["key"], spec["run"], spec["benchmark"]
+    device = resolve_device(spec["device"])
+    torch.set_num_threads(threads)
     bench_path = str(benchmark_file(run_cfg["benchmark"]))
     progress = PROGRESS_DIR / key
     features = progress / "features.pt"
+    out_dir = run_dir(run_cfg)
+    remove_stale_temporaries(out_dir)     # left by a killed write; DVC restores the outputs themselves
+    data_fingerprint = fingerprint(files=(bench_path,))
 
     seeds, todo = {}, []
-    for i, seed in enumerate(params["seeds"]):
-        done = progress / f"seed-{seed}-{fingerprint(run_cfg, bench_cfg, seed, device.type)}.json"
+    for i, seed in enumerate(spec["seeds"]):
+        done = progress / f"seed-{seed}-{fingerprint(run_cfg, bench_cfg, seed, device.type, data_fingerprint)}.json"
         if done.exists() and (i > 0 or features.exists()):
             # finished by an earlier, interrupted attempt with these exact settings and code
             seeds[str(seed)] = json.loads(done.read_text())
@@ -66,23 +71,23 @@ def train_cell(params: dict, key: str) -> Path:
         print(f"{key}: seed {seed} class-il {r['class_il']:.2f} in {r['train_seconds']:.1f}s "
               f"({r['samples_per_second']:.0f} samples/s)", flush=True)
 
-    workers = min(params.get("workers", 1), len(todo))
+    workers = min(workers, len(todo))
     if workers > 1:   # seeds are independent: spread them over processes (CPU cores, or one GPU)
         # fork starts a worker in milliseconds (the parent has run no torch op yet); CUDA needs spawn
         context = multiprocessing.get_context("fork" if device.type == "cpu" else "spawn")
         with ProcessPoolExecutor(workers, mp_context=context) as pool:
-            jobs = [(seed, done, pool.submit(_seed_in_worker, bench_path, bench_cfg, run_cfg, seed, device.type, n))
+            jobs = [(seed, done, pool.submit(_seed_in_worker, bench_path, spec["data"], bench_cfg, run_cfg, seed, device.type, n,
+                                             threads))
                     for seed, done, n in todo]
             for seed, done, job in jobs:
                 finished(seed, done, job.result())
     elif todo:
-        bench = load_benchmark(bench_path, bench_cfg)
+        bench = load_benchmark(bench_path, spec["data"])
         for seed, done, n in todo:
             finished(seed, done, run_seed(bench, bench_cfg, run_cfg, seed, device, feature_samples=n))
-    seeds = {str(s): seeds[str(s)] for s in params["seeds"]}
+    seeds = {str(s): seeds[str(s)] for s in spec["seeds"]}
 
     stats = {m: mean_std([s[m] for s in seeds.values()]) for m in ("class_il", "task_il", "forgetting")}
-    out_dir = cell_dir(run_cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
     features.replace(out_dir / "features.pt")
     out = out_dir / "metrics.json"

@@ -1,0 +1,44 @@
+"""The on-disk layout that dvc.yaml's outs name, in one place.
+
+    resolved/data/sources/<name>.json      check@data: a source's validated settings
+    resolved/data/benchmarks/<name>.json   check@data: a benchmark's settings, by group
+    resolved/runs/<run>.json               check@runs: one run, fully resolved
+    resolved/runs/report.json              check@runs: what the report reads
+    data/raw/<source>/data.pt              prepare@<source>
+    data/benchmarks/<name>/benchmark.pt    benchmark@<name>
+    runs/<benchmark>/<method>/<buffer>/    train@<run>: metrics.json, features.pt
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+RESOLVED = Path("resolved")
+
+
+def resolved_source(name: str) -> Path:
+    return RESOLVED / "data" / "sources" / f"{name}.json"
+
+
+def resolved_benchmark(name: str) -> Path:
+    return RESOLVED / "data" / "benchmarks" / f"{name}.json"
+
+
+def resolved_run(key: str) -> Path:
+    return RESOLVED / "runs" / f"{key}.json"
+
+
+def resolved_report() -> Path:
+    return RESOLVED / "runs" / "report.json"
+
+
+def source_file(name: str) -> Path:
+    return Path("data", "raw", name, "data.pt")
+
+
+def benchmark_file(name: str) -> Path:
+    return Path("data", "benchmarks", name, "benchmark.pt")
+
+
+def run_dir(run: dict) -> Path:
+    """A run's folder, from its flat settings (benchmark, method, buffer)."""
+    return Path("runs") / run["benchmark"] / run["method"] / str(run["buffer"])

@@ -1,0 +1,32 @@
+"""Stage check@<data|runs>: validate params.yaml and write the resolved settings the other stages read.
+
+check@data resolves the sources and benchmarks (what prepare@ and benchmark@ read); check@runs resolves
+every run and the report (what train@ and report read). Both depend on the whole params.yaml, so the
+file is validated on every `dvc repro` that follows an edit; the files they write change only where a
+setting changed, so only the stages that read a changed setting re-run.
+"""
+import sys
+
+from gcl.atomic import write_json
+from gcl.config import check_data, check_runs, load_params
+from gcl.layout import resolved_benchmark, resolved_report, resolved_run, resolved_source
+
+USAGE = "usage: python stages/check.py data|runs"
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in ("data", "runs"):
+        sys.exit(USAGE)
+    params = load_params()
+    if sys.argv[1] == "data":
+        resolved = check_data(params)
+        for name, settings in resolved["sources"].items():
+            write_json(resolved_source(name), settings)
+        for name, groups in resolved["benchmarks"].items():
+            # only what the benchmark file is built from: a caption or a thread count must not rebuild it
+            write_json(resolved_benchmark(name), {"data": groups["data"]})
+    else:
+        resolved = check_runs(params)
+        for key, spec in resolved["runs"].items():
+            write_json(resolved_run(key), spec)
+        write_json(resolved_report(), resolved["report"])
+    print(f"params.yaml: {sys.argv[1]} settings valid")

@@ -1,0 +1,58 @@
+"""A run: every seed, mean and std, the same numbers whether seeds run in one process or several."""
+import json
+
+import pytest
+
+from gcl.atomic import save_tensors
+from gcl.config import resolve_run
+from gcl.run import PROGRESS_DIR, train_run
+from gcl.data import mnist360
+from tests.conftest import synthetic_source
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    bench_cfg = {"kind": "mnist-360", "source": "synthetic", "backbone": "mlp", "epochs": 1, "threads": 1}
+    params = {"seeds": [0, 1, 2], "device": "cpu", "sources": {"synthetic": {}},
+              "benchmarks": {"mnist-360": bench_cfg}, "methods": {"er": {}},
+              "runs": {"er-50": {"benchmark": "mnist-360", "method": "er", "buffer": 50, "lr": 0.1, "batch": 4,
+                                "replay_batch": 8}}}
+    spec = resolve_run(params, "er-50")
+    bench = mnist360.build_benchmark(synthetic_source(per_class=60))
+    bench["config"] = spec["data"]
+    save_tensors("data/benchmarks/mnist-360/benchmark.pt", bench)
+    return spec
+
+
+def test_parallel_seeds_give_the_same_numbers(project):
+    serial = json.loads(train_run(project).read_text())
+    parallel = json.loads(train_run(project, workers=2).read_text())
+    for seed in ("0", "1", "2"):
+        assert serial["seeds"][seed]["acc_matrix"] == parallel["seeds"][seed]["acc_matrix"]
+    assert list(parallel["seeds"]) == ["0", "1", "2"]
+    assert serial["mean"] == parallel["mean"] and serial["std"]["class_il"] > 0
+
+
+def test_an_interrupted_run_resumes_with_its_finished_seeds(project, monkeypatch):
+    import gcl.run as run_module
+
+    first = json.loads(train_run(project).read_text())
+    calls = []
+    original = run_module.run_seed
+
+    def crash_on_seed_2(bench, bench_cfg, run_cfg, seed, *args, **kw):
+        calls.append(seed)
+        if seed == 2:
+            raise KeyboardInterrupt
+        return original(bench, bench_cfg, run_cfg, seed, *args, **kw)
+
+    monkeypatch.setattr(run_module, "run_seed", crash_on_seed_2)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(project)
+    assert len(list((PROGRESS_DIR / "er-50").glob("seed-*.json"))) == 2
+    monkeypatch.setattr(run_module, "run_seed", lambda *a, **kw: (calls.append(a[3]), original(*a, **kw))[1])
+    resumed = json.loads(train_run(project).read_text())
+    assert calls == [0, 1, 2, 2]                       # seeds 0 and 1 were not trained again
+    assert resumed["mean"] == first["mean"]
+    assert not (PROGRESS_DIR / "er-50").exists()        # cleared once the run is complete
