@@ -74,6 +74,25 @@ def test_fisher_is_the_mean_of_squared_per_sample_gradients():
     assert fw.item() == pytest.approx(ew, rel=1e-12) and fb.item() == pytest.approx(eb, rel=1e-12)
 
 
+def test_fisher_of_a_batchnorm_network_equals_a_per_sample_loop_in_eval_mode():
+    """vmap'd per-sample gradients through conv + BatchNorm (running statistics) = one backward per image."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(), nn.Linear(3 * 4 * 4, 4))
+    net[1].running_mean.uniform_(-0.5, 0.5)
+    net[1].running_var.uniform_(0.5, 2.0)
+    net.eval()
+    x, y = torch.randn(5, 2, 6, 6), torch.tensor([0, 3, 1, 1, 2])
+    stats = {k: v.clone() for k, v in net.state_dict().items()}
+    fisher = diagonal_fisher(net, x, y, chunk=2)
+    loop = [torch.zeros_like(p) for p in net.parameters()]
+    for i in range(5):
+        grads = torch.autograd.grad(-F.cross_entropy(net(x[i:i + 1]), y[i:i + 1]), list(net.parameters()))
+        for acc, g in zip(loop, grads):
+            acc += g ** 2 / 5
+    assert all(torch.allclose(f, l, rtol=1e-5, atol=1e-8) for f, l in zip(fisher, loop))
+    assert all(torch.equal(v, stats[k]) for k, v in net.state_dict().items())   # running statistics untouched
+
+
 def test_oewc_folds_each_tasks_fisher_into_a_running_one():
     m = make("oewc", TwoParam(0.5, -0.25), lr=0.1, batch=3, e_lambda=2.0, gamma=0.7, fisher_batch=64)
     m.end_task(task(0, X3, Y3, (0, 2)))
@@ -362,6 +381,19 @@ def test_state_dict_round_trips_the_cross_task_state(name):
     # the restored method takes the same next step
     assert fresh.observe(xb, yb, xb_raw).item() == m.observe(xb, yb, xb_raw).item()
     assert all(torch.equal(p, q) for p, q in zip(fresh.params, m.params))
+
+
+def test_boundary_methods_are_refused_on_mnist360():
+    import yaml
+
+    from gcl.config import ParamsError, resolve_run
+    with open("params.yaml") as f:
+        params = yaml.safe_load(f)
+    for name in ("lwf", "oewc", "si"):
+        run = {**params["runs"][f"seq-mnist-{name}-none"], "benchmark": "mnist-360"}
+        with pytest.raises(ParamsError, match="needs task boundaries"):
+            resolve_run({**params, "runs": {"x": run}}, "x")
+        assert resolve_run(params, f"seq-mnist-{name}-none")["algorithm"] == name
 
 
 # --- learning ------------------------------------------------------------------------------------------
