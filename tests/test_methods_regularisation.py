@@ -384,16 +384,18 @@ def test_state_dict_round_trips_the_cross_task_state(name):
 
 
 def test_boundary_methods_are_refused_on_mnist360():
-    import yaml
-
     from gcl.config import ParamsError, resolve_run
-    with open("params.yaml") as f:
-        params = yaml.safe_load(f)
-    for name in ("lwf", "oewc", "si"):
-        run = {**params["runs"][f"seq-mnist-{name}-none"], "benchmark": "mnist-360"}
+    mlp = {"source": "bundled", "backbone": "mlp", "epochs": 1}
+    settings = {"lwf": {"alpha": 1.0}, "oewc": {"e_lambda": 10.0, "gamma": 1.0}, "si": {"c": 0.5, "xi": 1.0}}
+    params = {"seeds": [0], "sources": {"bundled": {}}, "methods": {name: {} for name in settings},
+              "benchmarks": {"m360": {"kind": "mnist-360", **mlp},
+                             "seq": {"kind": "sequential", "n_tasks": 5, "classes_per_task": 2, **mlp}},
+              "runs": {f"{b}-{name}": {"benchmark": b, "method": name, "buffer": "none", "lr": 0.1, "batch": 10, **kw}
+                       for name, kw in settings.items() for b in ("m360", "seq")}}
+    for name in settings:
         with pytest.raises(ParamsError, match="needs task boundaries"):
-            resolve_run({**params, "runs": {"x": run}}, "x")
-        assert resolve_run(params, f"seq-mnist-{name}-none")["algorithm"] == name
+            resolve_run(params, f"m360-{name}")
+        assert resolve_run(params, f"seq-{name}")["run"]["algorithm"] == name
 
 
 # --- learning ------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ class TopLevel(Settings):
     """The top level of params.yaml."""
 
     seeds: list[int] = Field(min_length=1, description="seeds every run is repeated over (distinct, >= 0)")
-    device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto | cpu | cuda | cuda:N")
+    device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto, cpu, cuda or cuda:N (a CUDA device by index)")
     workers: int = Field(1, ge=1, description="processes that train one run's seeds side by side (speed only)")
     sources: dict[str, dict | None] = Field(description="raw data sources, by name")
     benchmarks: dict[str, dict] = Field(description="benchmarks, by name")

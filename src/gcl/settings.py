@@ -8,7 +8,8 @@ resolved configuration stored with the results, and generates the settings refer
 """
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -28,7 +29,11 @@ def accepted(model: type[BaseModel], field: str) -> str:
     info = model.model_fields.get(field)
     if info is None:
         return ""
-    kind = getattr(info.annotation, "__name__", None) or str(info.annotation).replace("typing.", "")
+    if get_origin(info.annotation) is Literal:
+        kind = "one of " + ", ".join(repr(a) for a in get_args(info.annotation))
+    else:
+        kind = getattr(info.annotation, "__name__", None) or str(info.annotation)
+        kind = re.sub(r"\b[a-z_]+\.", "", kind).replace(" | ", " or ")
     bounds = []
     for m in info.metadata:
         for attr, sym in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):

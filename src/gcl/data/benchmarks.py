@@ -40,12 +40,16 @@ class BenchmarkSettings(Settings):
 
 
 class Mnist360Settings(BenchmarkSettings):
+    """MNIST-360: digits 0-8 turning through 360 degrees in pairs, a single stream without tasks."""
+
     kind: Literal["mnist-360"]
     draw: Literal[mnist360.DRAW_MODES] = Field(
         "without-replacement", description="each chunk image drawn once, or with replacement as the reference loader")
 
 
 class SequentialSettings(BenchmarkSettings):
+    """Class-incremental tasks of consecutive labels (seq-mnist, seq-cifar10/100, seq-tinyimg)."""
+
     kind: Literal["sequential"]
     n_tasks: int = Field(gt=0, description="tasks, shown one after the other")
     classes_per_task: int = Field(gt=0, description="classes of each task, in the source's label order")
