@@ -19,7 +19,8 @@ from gcl.atomic import remove_stale_temporaries, save_tensors, write_json
 from gcl.data.benchmarks import load_benchmark
 from gcl.fingerprint import fingerprint
 from gcl.layout import benchmark_file, run_dir
-from gcl.train import resolve_device, run_seed
+from gcl.processes import RunLock, die_with_parent
+from gcl.train import DivergenceError, resolve_device, run_seed
 
 PROGRESS_DIR = Path(".gcl-progress")
 FEATURE_SAMPLES = 1000   # evaluation images whose final features are kept (first seed) for t-SNE
@@ -42,7 +43,20 @@ def _seed_in_worker(bench_path: str, data_cfg: dict, bench_cfg: dict, run_cfg: d
 
 def train_run(spec: dict, workers: int = 1, threads: int = 1) -> Path:
     """Every seed of the resolved run `spec` (gcl.config.resolve_run); `workers` processes side by side,
-    `threads` CPU threads each (neither changes the numbers)."""
+    `threads` CPU threads each (neither changes the numbers). One process at a time per run."""
+    with RunLock(PROGRESS_DIR / f"{spec['key']}.lock", spec["key"]):
+        return _train_run(spec, workers, threads)
+
+
+def _seed(key: str, seed: int, train, *args, **kwargs) -> dict:
+    """One seed; a divergence names the run and the seed."""
+    try:
+        return train(*args, **kwargs)
+    except DivergenceError as exc:
+        raise DivergenceError(f"run {key}, seed {seed}: {exc}") from None
+
+
+def _train_run(spec: dict, workers: int, threads: int) -> Path:
     key, run_cfg, bench_cfg = spec["key"], spec["run"], spec["benchmark"]
     device = resolve_device(spec["device"])
     torch.set_num_threads(threads)
@@ -75,16 +89,16 @@ def train_run(spec: dict, workers: int = 1, threads: int = 1) -> Path:
     if workers > 1:   # seeds are independent: spread them over processes (CPU cores, or one GPU)
         # fork starts a worker in milliseconds (the parent has run no torch op yet); CUDA needs spawn
         context = multiprocessing.get_context("fork" if device.type == "cpu" else "spawn")
-        with ProcessPoolExecutor(workers, mp_context=context) as pool:
-            jobs = [(seed, done, pool.submit(_seed_in_worker, bench_path, spec["data"], bench_cfg, run_cfg, seed, device.type, n,
-                                             threads))
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=die_with_parent) as pool:
+            jobs = [(seed, done, pool.submit(_seed, key, seed, _seed_in_worker, bench_path, spec["data"], bench_cfg,
+                                             run_cfg, seed, device.type, n, threads))
                     for seed, done, n in todo]
             for seed, done, job in jobs:
                 finished(seed, done, job.result())
     elif todo:
         bench = load_benchmark(bench_path, spec["data"])
         for seed, done, n in todo:
-            finished(seed, done, run_seed(bench, bench_cfg, run_cfg, seed, device, feature_samples=n))
+            finished(seed, done, _seed(key, seed, run_seed, bench, bench_cfg, run_cfg, seed, device, feature_samples=n))
     seeds = {str(s): seeds[str(s)] for s in spec["seeds"]}
 
     stats = {m: mean_std([s[m] for s in seeds.values()]) for m in ("class_il", "task_il", "forgetting")}

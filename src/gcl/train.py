@@ -14,6 +14,10 @@ from gcl.methods import METHODS, MethodContext
 from gcl.methods.base import TaskData
 
 
+class DivergenceError(RuntimeError):
+    """Training produced a non-finite loss or parameters, or a network that predicts one class for everything."""
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -76,6 +80,11 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
         result = _stream_loop(method, stream, train_transform, evaluate, kind.has_tasks, device)
         net.eval()
         result["confusion"] = evaluate.confusion(method.predict, bench["n_classes"])
+        predicted = [sum(col) for col in zip(*result["confusion"])]
+        if sum(1 for n in predicted if n > 0) == 1 and sum(1 for row in result["confusion"] if sum(row)) > 1:
+            raise DivergenceError(f"the trained network predicts class {predicted.index(max(predicted))} for every "
+                                  "evaluation image (a collapsed network, e.g. all-zero features): the learning rate "
+                                  "or a loss weight is probably too high")
         result["method_metrics"] = method.extra_metrics()
         if feature_samples:
             result["features"] = evaluate.features(net.features, feature_samples)
@@ -93,12 +102,23 @@ def _stream_loop(method, stream, train_transform, evaluate: Evaluator, has_tasks
     eval_after, task_ends = set(stream.eval_after), stream.task_ends
     rows, loss_curve = [], []
     loss_sum, loss_steps = torch.zeros((), device=device), 0
+    # the first step whose loss was not finite (-1: none), kept on the device and read at evaluations only
+    first_bad = torch.full((), -1, dtype=torch.long, device=device)
     task = 0
     timer = Timer(device)
 
     def task_data(t: int) -> TaskData:
         idx = stream.task_pool(t).to(device)
         return TaskData(index=t, x_raw=pool[idx], y=labels[idx], classes=stream.task_classes[t])
+
+    def check_finite(step: int):
+        bad = int(first_bad)
+        if bad >= 0:
+            raise DivergenceError(f"the loss became non-finite (NaN or inf) at step {bad} of {stream.steps}: the "
+                                  "learning rate or a loss weight is probably too high")
+        if not all(bool(torch.isfinite(p).all()) for p in method.params):
+            raise DivergenceError(f"the network's parameters are no longer finite after step {step} of {stream.steps}: "
+                                  "the learning rate or a loss weight is probably too high")
 
     def evaluate_now():
         net.eval()
@@ -113,7 +133,9 @@ def _stream_loop(method, stream, train_transform, evaluate: Evaluator, has_tasks
     for step in range(stream.steps):
         idx = order[bounds[step]:bounds[step + 1]]
         x_raw, y = pool[idx], labels[idx]
-        loss_sum += method.observe(train_transform(x_raw), y, x_raw)
+        loss = method.observe(train_transform(x_raw), y, x_raw)
+        loss_sum += loss
+        first_bad.masked_fill_((first_bad < 0) & ~torch.isfinite(loss), step)
         loss_steps += 1
         if tell_boundaries and step == task_ends[task]:
             method.end_task(current)
@@ -123,6 +145,7 @@ def _stream_loop(method, stream, train_transform, evaluate: Evaluator, has_tasks
                 method.begin_task(current)
         if step in eval_after and not method.offline:
             timer.stop()
+            check_finite(step)
             loss_curve.append(float(loss_sum) / max(loss_steps, 1))
             loss_sum.zero_()
             loss_steps = 0
@@ -130,6 +153,7 @@ def _stream_loop(method, stream, train_transform, evaluate: Evaluator, has_tasks
             timer.start()
     method.finish()
     timer.stop()
+    check_finite(stream.steps - 1)
     if method.offline or not rows:
         evaluate_now()
     return summarise(rows, loss_curve, has_tasks, stream, timer.total)

@@ -1,0 +1,165 @@
+"""No silent wrong numbers: divergence stops a seed, results depend on the data they were made from, one
+trainer per run, stages end with their parent, strict JSON, no stale temporaries."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from gcl.atomic import remove_stale_temporaries, save_tensors, write_json
+from gcl.config import resolve_run
+from gcl.data import mnist360, sequential
+from gcl.fingerprint import fingerprint
+from gcl.processes import RunLock, RunLockedError
+from gcl.run import PROGRESS_DIR, train_run
+from gcl.train import DivergenceError, run_seed
+from tests.conftest import synthetic_source
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU = torch.device("cpu")
+ER = {"benchmark": "mnist-360", "method": "er", "algorithm": "er", "buffer": 50, "lr": 0.1, "batch": 4,
+      "replay_batch": 8}
+
+
+def test_a_diverging_run_stops_with_the_step_and_the_cause(tiny_mnist360):
+    bench, cfg = tiny_mnist360
+    with pytest.raises(DivergenceError, match=r"(non-finite \(NaN or inf\) at step \d+|no longer finite|predicts class "
+                                              r"\d+ for every evaluation image).*learning rate"):
+        run_seed(bench, cfg, {**ER, "lr": 1e4}, 0, CPU)
+
+
+def test_a_nan_loss_names_its_first_step(tiny_mnist360, monkeypatch):
+    from gcl.methods.er import ER as ERMethod
+    bench, cfg = tiny_mnist360
+    original, calls = ERMethod.observe, []
+
+    def nan_from_step_5(self, x, y, x_raw):
+        calls.append(1)
+        loss = original(self, x, y, x_raw)
+        return loss * float("nan") if len(calls) > 5 else loss
+
+    monkeypatch.setattr(ERMethod, "observe", nan_from_step_5)
+    with pytest.raises(DivergenceError, match=r"non-finite \(NaN or inf\) at step 5 of"):
+        run_seed(bench, cfg, ER, 0, CPU)
+
+
+def test_json_is_written_strictly(tmp_path):
+    with pytest.raises(ValueError):
+        write_json(tmp_path / "m.json", {"class_il": float("nan")})
+    assert not (tmp_path / "m.json").exists() and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_the_resume_fingerprint_covers_the_benchmark_data(tmp_path):
+    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
+    save_tensors(a, {"x": torch.zeros(3)})
+    save_tensors(b, {"x": torch.ones(3)})
+    assert fingerprint({"lr": 0.1}, files=(a,)) != fingerprint({"lr": 0.1}, files=(b,))
+    assert fingerprint({"lr": 0.1}, files=(a,)) == fingerprint({"lr": 0.1}, files=(a,))
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    bench_cfg = {"kind": "mnist-360", "source": "synthetic", "backbone": "mlp", "epochs": 1}
+    params = {"seeds": [0, 1], "device": "cpu", "sources": {"synthetic": {}}, "benchmarks": {"mnist-360": bench_cfg},
+              "methods": {"er": {}}, "runs": {"er-50": {"benchmark": "mnist-360", "method": "er", "buffer": 50,
+                                                         "lr": 0.1, "batch": 4, "replay_batch": 8}}}
+    spec = resolve_run(params, "er-50")
+    bench = mnist360.build_benchmark(synthetic_source(per_class=60))
+    bench["config"] = spec["data"]
+    save_tensors("data/benchmarks/mnist-360/benchmark.pt", bench)
+    return spec
+
+
+def test_seeds_finished_on_other_data_are_not_reused(project, monkeypatch):
+    import gcl.run as run_module
+    trained = []
+    original = run_module.run_seed
+    # seed 0 finished, then the run was interrupted; meanwhile the benchmark was rebuilt from other data
+    def crash_on_seed_1(*a, **kw):
+        if a[3] == 1:
+            raise KeyboardInterrupt
+        return original(*a, **kw)
+
+    monkeypatch.setattr(run_module, "run_seed", crash_on_seed_1)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(project)
+    bench = mnist360.build_benchmark(synthetic_source(per_class=48))
+    bench["config"] = project["data"]
+    save_tensors("data/benchmarks/mnist-360/benchmark.pt", bench)
+    monkeypatch.setattr(run_module, "run_seed", lambda *a, **kw: (trained.append(a[3]), original(*a, **kw))[1])
+    out = json.loads(train_run(project).read_text())
+    assert trained == [0, 1]                       # seed 0 was trained again on the new data
+    assert out["seeds"]["0"]["steps"] == out["seeds"]["1"]["steps"]
+
+
+def test_a_second_trainer_of_a_locked_run_is_refused(project):
+    with RunLock(PROGRESS_DIR / "er-50.lock", "er-50"):
+        with pytest.raises(RunLockedError, match=rf"run er-50 is being trained by another process \(pid {os.getpid()}\)"):
+            train_run(project)
+    train_run(project)   # released with its holder
+
+
+def test_stale_temporaries_are_removed(tmp_path):
+    (tmp_path / ".metrics.json.abc.tmp").write_text("half")
+    (tmp_path / ".figures.xyz.tmp").mkdir()
+    (tmp_path / "metrics.json").write_text("{}")
+    removed = remove_stale_temporaries(tmp_path)
+    assert len(removed) == 2 and [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
+
+
+def _processes_in(folder: Path) -> list[int]:
+    """Pids of processes whose working directory is `folder` (the stage and its workers)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if Path(os.readlink(entry / "cwd")) == folder:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux's")
+def test_killing_a_stages_parent_ends_the_stage_and_its_workers(tmp_path):
+    folder = tmp_path.resolve()
+    params = {"seeds": [0, 1], "device": "cpu", "workers": 2, "sources": {"synthetic": {}},
+              "benchmarks": {"seq": {"kind": "sequential", "source": "synthetic", "backbone": "mlp", "epochs": 400,
+                                     "n_tasks": 5, "classes_per_task": 2, "augment": False}},
+              "methods": {"er": {}}, "runs": {"long": {"benchmark": "seq", "method": "er", "buffer": 50, "lr": 0.05,
+                                                        "batch": 4, "replay_batch": 8}}}
+    import yaml
+    (folder / "params.yaml").write_text(yaml.safe_dump(params))
+    spec = resolve_run(params, "long")
+    write_json(folder / "resolved/runs/long.json", spec)
+    bench = sequential.build_benchmark(synthetic_source(per_class=20), spec["data"])
+    bench["config"] = spec["data"]
+    save_tensors(folder / "data/benchmarks/seq/benchmark.pt", bench)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    # the parent stands in for `dvc repro`: it starts the stage and waits for it
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.run([sys.executable, "
+                               f"{str(ROOT / 'stages' / 'train.py')!r}, 'long'])"], cwd=folder, env=env)
+    try:
+        deadline = time.time() + 60
+        while len(_processes_in(folder)) < 4 and time.time() < deadline:   # parent, stage, two workers
+            time.sleep(0.2)
+        assert len(_processes_in(folder)) >= 4, "the stage did not start its workers"
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.time() + 20
+        while _processes_in(folder) and time.time() < deadline:
+            time.sleep(0.2)
+        left = _processes_in(folder)
+        assert not left, f"processes outlived their parent: {left}"
+        assert not (folder / "runs").exists()
+    finally:
+        for pid in _processes_in(folder):
+            os.kill(pid, signal.SIGKILL)
