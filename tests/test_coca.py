@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from gcl.backbones import MLP, ResNet18
 from gcl.config import check_runs, resolve_run
@@ -217,25 +218,66 @@ def batches(n_steps, size=4, seed=5):
         yield to_unit_float(x_raw), torch.randint(0, N_CLASSES, (size,), generator=g), x_raw
 
 
-def test_all_switches_off_is_er():
+def _second_step_by_hand(m, steps, **weights):
+    """Run step 0, then step 1 by hand with the same random draws as `m.observe` makes: returns
+    (the method's loss, the loss computed here from the equations) for step 1."""
+    (x0, y0, r0), (x1, y1, r1) = steps
+    m.observe(x0, y0, r0)
+    stored_logits = m.buffer.get("logits")[0].clone() if "logits" in m.buffer.fields else None
+    net = copy.deepcopy(m.net)
+    g = torch.Generator()
+    g.set_state(m.ctx.generator.get_state())
+    loss = m.observe(x1, y1, r1)
+    n = len(y0)                                             # the buffer held step 0's batch, in order
+    i2 = torch.randperm(n, generator=g)[:8]                 # b2, drawn first
+    expected = F.cross_entropy(net(x1), y1) + weights["beta"] * F.cross_entropy(net(to_unit_float(r0[i2])), y0[i2])
+    if "lambda1" in weights:
+        i1 = torch.randperm(n, generator=g)[:8]             # b1
+        expected = expected + weights["lambda1"] * F.mse_loss(net(to_unit_float(r0[i1])), stored_logits[i1])
+    return loss, expected
+
+
+def test_l_base_is_the_stream_mean_plus_beta_times_the_buffer_mean():
+    """Eq. 2: CE(stream) + beta * CE(buffer batch), a sum of two means (not ER's one mean)."""
+    m = make("coca", ckd=False, pt=False, scl=False, beta=0.5)
+    assert len(m.heads) == 0
+    loss, expected = _second_step_by_hand(m, list(batches(2)), beta=0.5)
+    assert torch.allclose(loss, expected, rtol=1e-6)
+    # ER's one mean over the concatenation is a different number
     er = make("er")
-    off = make("coca", ckd=False, pt=False, scl=False)
-    assert len(off.heads) == 0
-    for x, y, x_raw in batches(12):
-        assert torch.allclose(off.observe(x, y, x_raw), er.observe(x, y, x_raw), rtol=1e-6)
-    for p, q in zip(off.net.parameters(), er.net.parameters()):
-        assert torch.allclose(p, q, atol=1e-6)
-    # and the full method, on the same batches, is not ER
-    full, er = make("coca"), make("er")
+    (x0, y0, r0), (x1, y1, r1) = list(batches(2))
+    er.observe(x0, y0, r0)
+    assert not torch.allclose(er.observe(x1, y1, r1), loss)
+
+
+def test_with_gamma_zero_and_no_self_supervision_coca_is_der_plus_plus():
+    m = make("coca", pt=False, scl=False, gamma=0.0, lambda1=0.3, beta=0.7)
+    loss, expected = _second_step_by_hand(m, list(batches(2)), lambda1=0.3, beta=0.7)
+    assert torch.allclose(loss, expected, rtol=1e-6)
+
+
+def test_the_full_method_adds_its_terms():
+    full, base = make("coca"), make("coca", ckd=False, pt=False, scl=False)
     for x, y, x_raw in batches(3):
-        loss_full, loss_er = full.observe(x, y, x_raw), er.observe(x, y, x_raw)
-    assert len(full.heads) == 2 and torch.isfinite(loss_full) and not torch.allclose(loss_full, loss_er)
+        loss_full, loss_base = full.observe(x, y, x_raw), base.observe(x, y, x_raw)
+    assert len(full.heads) == 2 and torch.isfinite(loss_full) and not torch.allclose(loss_full, loss_base)
+
+
+def test_heads_follow_the_authors_mnist_recipe_and_accept_a_single_sample():
+    m = make("coca", batch=1)
+    proj = m.heads["projector"]
+    assert [type(l).__name__ for l in proj] == ["Linear", "BatchNorm1d", "ReLU", "Linear"]
+    assert proj[3].out_features == 32 and m.heads["pretext"][3].out_features == 16
+    assert all(torch.all(l.bias == 0) for l in proj if isinstance(l, nn.Linear))
+    for x, y, x_raw in batches(3, size=1):           # step 1: a stream batch of one sample, no buffer yet
+        assert torch.isfinite(m.observe(x, y, x_raw))
+    assert proj.training
 
 
 def test_one_concatenated_forward_without_batchnorm_trains_as_one_forward_per_role():
     """The MLP has no BatchNorm: one forward of stream + b2, b1 and the view is the same function of
     each input as three forwards, so training follows the same path (to rounding)."""
-    shared, per_role = make("coca"), make("coca")
+    shared, per_role = make("coca", lr=0.01), make("coca", lr=0.01)
     assert not shared._per_role_forward
     per_role._per_role_forward = True
     for x, y, x_raw in batches(8):
@@ -256,7 +298,7 @@ def test_batchnorm_backbones_forward_each_role_alone():
     for _ in range(2):
         x_raw = torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8)
         m.observe(x_raw.float(), torch.randint(0, N_CLASSES, (4,)), x_raw)
-    assert calls == [4, 4, 8, 4, 8]   # step 1: stream, view; step 2: stream + b2, b1, view
+    assert calls == [4, 4, 4, 4, 4, 8]   # step 1: stream, view; step 2: stream, b2, b1, view (stream + b2)
 
 
 def test_buffer_stores_raw_images_labels_and_pre_update_logits():

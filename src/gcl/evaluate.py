@@ -50,6 +50,12 @@ class Evaluator:
         return {"features": feats.half().cpu(), "labels": self.y[keep].cpu()}
 
     @torch.no_grad()
+    def features_collapsed(self, embed: Callable[[torch.Tensor], torch.Tensor], samples: int = 256) -> bool:
+        """True when the penultimate features of (up to `samples`) evaluation images are all identical."""
+        feats = embed(self.transform(self.x[:samples])).float()
+        return bool((feats - feats[:1]).abs().max() == 0)
+
+    @torch.no_grad()
     def __call__(self, predict: Callable[[torch.Tensor], torch.Tensor]) -> dict:
         correct_cil = torch.zeros(self.n_groups, dtype=torch.float64, device=self.x.device)
         correct_til = torch.zeros_like(correct_cil)

@@ -80,11 +80,10 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
         result = _stream_loop(method, stream, train_transform, evaluate, kind.has_tasks, device)
         net.eval()
         result["confusion"] = evaluate.confusion(method.predict, bench["n_classes"])
-        predicted = [sum(col) for col in zip(*result["confusion"])]
-        if sum(1 for n in predicted if n > 0) == 1 and sum(1 for row in result["confusion"] if sum(row)) > 1:
-            raise DivergenceError(f"the trained network predicts class {predicted.index(max(predicted))} for every "
-                                  "evaluation image (a collapsed network, e.g. all-zero features): the learning rate "
-                                  "or a loss weight is probably too high")
+        if evaluate.features_collapsed(net.features):
+            raise DivergenceError("the trained network gives every evaluation image the same features (a collapsed "
+                                  "network, e.g. all-zero after dead ReLUs), so it predicts one class for everything: "
+                                  "the learning rate or a loss weight is probably too high")
         result["method_metrics"] = method.extra_metrics()
         if feature_samples:
             result["features"] = evaluate.features(net.features, feature_samples)

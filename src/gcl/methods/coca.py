@@ -3,11 +3,12 @@ distillation (relation calibration) and collaborative self-supervision (feature 
 
     L = L_base + lambda1 * L_CKD + lambda2 * (L_PT + L_SCL)                       (paper Eq. 15)
 
-One step, structured as the authors' code (reference/COCA.md: "DER++ with the distillation target
-replaced by o*"):
-- L_base: ER's loss, one cross-entropy over the stream batch concatenated with a buffer batch b2
-  (labels). The paper's ablation baseline row is ER, so with every switch off this class *is* ER
-  (same batches, same random draws, same loss; tested).
+One step, structured as the authors' code (DER++ with the distillation target replaced by o*):
+- L_base (Eq. 2): the mean cross-entropy of the stream batch plus beta times the mean cross-entropy
+  of a buffer batch b2 (labels): a sum of two means, as the paper and the authors' code write it
+  (beta = 1 is Eq. 2; the authors' best arguments use 0.5 or 1.0). With every switch off this class
+  trains on L_base alone, which is not ER (ER takes one mean over the concatenated batch); Table 3's
+  "ER" row is the ER method's own runs.
 - L_CKD: on an independent buffer batch b1 (examples and the logits o_hat stored when they entered
   the buffer, as in DER): MSE between the current logits o and the detached target
   o* = gamma * (1 - omega) (I - omega S_hat)^-1 o + (1 - gamma) * o_hat               (Eq. 4, 10, 11)
@@ -16,16 +17,14 @@ replaced by o*"):
   L_SCL: supervised contrastive loss (Khosla et al. 2020) over two views (original, transformed)
   of the projector's normalised embeddings. Both run on the stream batch concatenated with b2, and
   the transformed view is shared by both (the authors' code; one transformation per sample).
-- One forward per role with BatchNorm: stream + b2 (ER's forward), b1 (DER's), the transformed
-  view, so each role keeps its own batch statistics, as the DER/DER++ implementations do. Without
-  BatchNorm (the MLP) the three are one forward of their concatenation, the same function of each
+- One forward per role with BatchNorm: stream, b2, b1 and the transformed view each alone, so each
+  role keeps its own batch statistics, as the DER++ implementations do. Without BatchNorm in the
+  backbone (the MLP) the roles are one forward of their concatenation, the same function of each
   input in fewer operations.
 
-Relation to DER++ (L = CE_s + alpha * MSE(b1) + beta * CE(b2)): lambda1 plays alpha's role and
-L_base replaces CE_s + beta * CE(b2) with ER's concatenated CE. When batch == replay_batch the
-concatenated CE is (CE_s + CE_b2) / 2, so CoCa at (lr, lambda1) equals DER++-with-target-o* at
-(lr / 2, alpha = 2 * lambda1, beta = 1). The MNIST-360 settings are tuned on a validation split
-(params.yaml records the grid).
+Relation to DER++ (L = CE_s + alpha * MSE(b1) + beta * CE(b2)): lambda1 plays alpha's role and beta
+is DER++'s beta; with ckd's gamma = 0 and pt, scl off, CoCa is DER++ (tested). The MNIST-360 and
+seq-MNIST settings are tuned on a validation split (params.yaml records the grid).
 
 Settings and where each default comes from:
 - omega = 0.1: paper (Section IV-B) and authors' code agree.
@@ -45,9 +44,12 @@ Settings and where each default comes from:
   boundary variant counts them; "rotation": the general-continual code's 4 rotations.
 - Heads (dropped at test time: `predict` uses the network only; the loop never sees the heads):
   built from backbone.feat_dim by the authors' two recipes, chosen by width. Narrow backbones (the
-  MNIST MLP, 100-d): feat -> feat -> out with one ReLU hidden layer, projection 32-d. Wide ones
-  (ResNet-18, 512-d): feat -> feat (BN, ReLU) -> feat (BN, ReLU) -> out, projection 64-d. The
-  paper's text says "three hidden layers"; the code's sizes are used.
+  MNIST MLP, 100-d), as the authors' MNIST code: Linear(feat, feat), BatchNorm1d, ReLU,
+  Linear(feat, out), Xavier-uniform weights and zero biases, projection 32-d. Wide ones (ResNet-18,
+  512-d): feat -> feat (BN, ReLU) -> feat (BN, ReLU) -> out, projection 64-d. The paper's text says
+  "three hidden layers"; the code's sizes are used. A head's BatchNorm cannot normalise a batch of
+  one sample (the first steps at stream batch 1): such a batch passes the head with BatchNorm in
+  eval mode (its running statistics).
 - ckd / pt / scl: the ablation switches of Table 3; all on by default (the full method).
 
 General continual: no task boundary is used or accepted (needs_boundaries stays False).
@@ -137,7 +139,13 @@ def supcon_loss(z: torch.Tensor, labels: torch.Tensor, tau: float) -> torch.Tens
 def mlp_head(feat_dim: int, out_dim: int) -> nn.Sequential:
     """The authors' head for a backbone of this width (see the module docstring)."""
     if feat_dim < WIDE_BACKBONE:
-        return nn.Sequential(nn.Linear(feat_dim, feat_dim), nn.ReLU(), nn.Linear(feat_dim, out_dim))
+        head = nn.Sequential(nn.Linear(feat_dim, feat_dim), nn.BatchNorm1d(feat_dim), nn.ReLU(),
+                             nn.Linear(feat_dim, out_dim))
+        for m in head:
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_uniform_(m.weight)
+                nn.init.zeros_(m.bias)
+        return head
     hidden = []
     for _ in range(2):
         hidden += [nn.Linear(feat_dim, feat_dim), nn.BatchNorm1d(feat_dim), nn.ReLU()]
@@ -161,6 +169,7 @@ class CoCaSettings(ReplaySettings):
     omega: float = Field(0.1, ge=0, lt=1, description="propagation strength; I - omega S must stay invertible")
     gamma: float = Field(0.1, ge=0, le=1, description="share of the propagated logits Q in the target o*")
     tau: float = Field(0.07, gt=0, description="SupCon temperature")
+    beta: float = Field(1.0, ge=0, description="weight of the replayed batch's cross-entropy in L_base (Eq. 2: 1)")
     pretext: Literal["paper", "rotation"] = Field("paper", description="16 transformations (paper) or 4 rotations")
     affinity: Literal["paper", "code"] = Field("paper", description="zero diagonal (Eq. 6-7) or softmax(ZZ^T - cI)")
     affinity_c: float = Field(1.0, ge=0, description="c of the 'code' affinity")
@@ -198,27 +207,42 @@ class CoCa(Method):
             return [self.net.features(x) for x in roles]
         return list(self.net.features(torch.cat(roles)).split([x.shape[0] for x in roles]))
 
+    def _head(self, name: str, feats: torch.Tensor) -> torch.Tensor:
+        """A head's output; a single sample passes with the head's BatchNorm in eval mode (see docstring)."""
+        head = self.heads[name]
+        if feats.shape[0] > 1 or not head.training:
+            return head(feats)
+        head.eval()
+        try:
+            return head(feats)
+        finally:
+            head.train()
+
     def _embed(self, feats: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.heads["projector"](feats), dim=1)
+        return F.normalize(self._head("projector", feats), dim=1)
 
     def observe(self, x, y, x_raw):
         cfg = self.cfg
-        inputs, labels = x, y
-        b1 = None
+        buf_x = buf_y = b1 = None
         if not self.buffer.is_empty():
-            # b2 first, exactly as ER draws it, so that all-switches-off reproduces ER's random stream
-            buf_x, buf_y = self.replay_batch(cfg["replay_batch"], "labels")
-            inputs, labels = torch.cat([x, buf_x]), torch.cat([y, buf_y])
+            buf_x, buf_y = self.replay_batch(cfg["replay_batch"], "labels")          # b2
             if self.ckd:
-                b1 = self.replay_batch(cfg["replay_batch"], "logits")
+                b1 = self.replay_batch(cfg["replay_batch"], "logits")            # b1
+        inputs = x if buf_x is None else torch.cat([x, buf_x])
+        labels = y if buf_y is None else torch.cat([y, buf_y])
         x_view = None
         if self.pt or self.scl:
-            # one random transformation per sample, shared by the pretext task and the second view of SCL
+            # one random transformation per sample of stream + b2, shared by the pretext task and SCL's view
             x_view, pt_labels = random_pretext(inputs, cfg["pretext"], self.ctx.generator)
-        roles = [inputs] + ([b1[0]] if b1 is not None else []) + ([x_view] if x_view is not None else [])
-        feats, *rest = self._features(roles)
-        logits = self.net.classifier(feats)
-        loss = F.cross_entropy(logits, labels)
+        roles = [x] + [r for r in (buf_x, None if b1 is None else b1[0], x_view) if r is not None]
+        f_x, *rest = self._features(roles)
+        logits = self.net.classifier(f_x)
+        loss = F.cross_entropy(logits, y)                                   # L_base (Eq. 2): stream mean ...
+        feats = f_x
+        if buf_x is not None:
+            f_b2 = rest.pop(0)
+            loss = loss + cfg["beta"] * F.cross_entropy(self.net.classifier(f_b2), buf_y)   # ... + beta * buffer mean
+            feats = torch.cat([f_x, f_b2])
 
         if b1 is not None:
             f_b1 = rest.pop(0)
@@ -230,7 +254,7 @@ class CoCa(Method):
             f_view = rest.pop(0)
             css = 0.0
             if self.pt:
-                css = css + F.cross_entropy(self.heads["pretext"](f_view), pt_labels)
+                css = css + F.cross_entropy(self._head("pretext", f_view), pt_labels)
             if self.scl:
                 z = self._embed(torch.cat([feats, f_view]))
                 css = css + supcon_loss(z, torch.cat([labels, labels]), cfg["tau"])
