@@ -165,7 +165,6 @@ def test_nearest_mean_of_exemplars_is_the_nearest_normalised_mean():
     assert torch.allclose(scores[:, :2], expected, atol=1e-6)
     assert scores.argmax(1).tolist() == [0, 1]
     assert torch.isinf(scores[:, 2:]).all() and (scores[:, 2:] < 0).all()   # unseen classes never win
-    # un-normalised means would send (5,1) elsewhere? no: here it is the normalisation of x that matters
     assert torch.allclose(m.class_means, torch.stack([torch.tensor([1.0, 0.0]), mu1]), atol=1e-6)
 
 
@@ -199,7 +198,7 @@ def test_icarl_replays_every_exemplar_about_once_per_pass():
     run_tasks(m, 1)
     data = task(1)                       # 24 images, batch 5 -> 5 steps; 20 exemplars -> 4 per step
     m.begin_task(data)
-    assert m._per_step == 4
+    assert m.replay_per_step == 4
     drawn = torch.cat([m._next_exemplars() for _ in range(5)])
     assert sorted(drawn[:20].tolist()) == list(range(20))
 
@@ -321,7 +320,7 @@ def _assert_same(a, b):
 
 @pytest.mark.parametrize("name, keys", [
     ("gem", {"mem_x", "mem_y", "mem_sizes"}),
-    ("icarl", {"ex_x", "ex_y", "old_net", "class_means", "seen_hi", "task_lo"}),
+    ("icarl", {"ex_x", "ex_y", "old_net", "class_means", "seen_hi", "task_lo", "replay_per_step"}),
     ("fdr", {"mem_x", "mem_p", "mem_t", "tasks_seen"}),
     ("hal", {"ring", "anchors", "anchor_classes", "phi"}),
 ])

@@ -16,8 +16,8 @@ Replay: the reference merges the exemplars into the current task's training set,
 pass over the task also passes once over the exemplars, shuffled in among the task's images and
 augmented. Here the stream is the loop's, so each step appends the next k exemplars of a
 per-pass random order of the memory to the stream batch (one forward, one loss), with
-k = ceil(memory * batch / task images): the exemplars' share of each batch and their number of
-visits per pass are the reference's.
+k = ceil(memory / steps per pass): each exemplar is visited about once per pass and the exemplars'
+share of a batch, k / (batch + k), is about memory / (task images + memory), as in the reference.
 
 Prediction: nearest mean of exemplars. The class means are the means of the exemplars' normalised
 features, renormalised (iCaRL's code), computed with the current network in eval mode on the
@@ -73,7 +73,7 @@ class ICaRL(Method):
     needs_boundaries = True
     uses_buffer = True      # reads cfg['buffer'] (params validation ties that to uses_buffer); its own memory below
     Settings = ICaRLSettings
-    state_attrs = ("ex_x", "ex_y", "old_net", "class_means", "seen_hi", "task_lo")
+    state_attrs = ("ex_x", "ex_y", "old_net", "class_means", "seen_hi", "task_lo", "replay_per_step")
 
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)
@@ -88,7 +88,7 @@ class ICaRL(Method):
         self.eye = torch.eye(ctx.n_classes, device=ctx.device)
         self._order = None      # replay: this pass's order over the exemplars, and where it stands
         self._cursor = 0
-        self._per_step = 0
+        self.replay_per_step = 0     # exemplars appended to each stream batch in this task
         self._means_stale = False
 
     # ------------------------------------------------------------------ training
@@ -97,19 +97,19 @@ class ICaRL(Method):
         self.task_lo, self.seen_hi = task.classes[0], task.classes[1]
         if self.ex_x is not None:
             steps = math.ceil(len(task.y) / self.cfg["batch"])
-            self._per_step = math.ceil(len(self.ex_y) / steps)
+            self.replay_per_step = math.ceil(len(self.ex_y) / steps)
             self._order, self._cursor = None, 0
 
     def _next_exemplars(self) -> torch.Tensor:
         """Indices of the next k exemplars of this pass's random order (a new order when it runs out)."""
         n = len(self.ex_y)
-        if self._order is None or self._cursor + self._per_step > n:
+        if self._order is None or self._cursor + self.replay_per_step > n:
             rest = self._order[self._cursor:] if self._order is not None else self._order
             fresh = torch.randperm(n, generator=self.ctx.generator).to(self.ex_y.device, non_blocking=True)
             self._order = fresh if rest is None else torch.cat([rest, fresh])
             self._cursor = 0
-        idx = self._order[self._cursor:self._cursor + self._per_step]
-        self._cursor += self._per_step
+        idx = self._order[self._cursor:self._cursor + self.replay_per_step]
+        self._cursor += self.replay_per_step
         return idx
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -129,7 +129,7 @@ class ICaRL(Method):
 
     def observe(self, x, y, x_raw):
         self._means_stale = True
-        if self.ex_x is not None and self._per_step > 0:
+        if self.ex_x is not None and self.replay_per_step > 0:
             idx = self._next_exemplars()
             x = torch.cat([x, self.ctx.train_transform(self.ex_x.index_select(0, idx))])
             y = torch.cat([y, self.ex_y.index_select(0, idx)])
@@ -192,6 +192,11 @@ class ICaRL(Method):
         sq = feats.pow(2).sum(1, keepdim=True) + means.pow(2).sum(1)[None, :] - 2 * feats @ means.T
         scores[:, :len(means)] = -sq
         return scores
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self._means_stale = True     # recomputed from the restored exemplars and network when next needed
+        self._order, self._cursor = None, 0
 
     def extra_metrics(self) -> dict:
         n = 0 if self.ex_y is None else len(self.ex_y)
