@@ -189,3 +189,13 @@ def write_er_params(folder: Path, key: str = "seq-er-50") -> dict:
               "runs": {key: {"benchmark": "seq", "method": "er", "buffer": 50, "lr": 0.1, "batch": 8, "replay_batch": 8}}}
     (folder / "params.yaml").write_text(yaml.safe_dump(params))
     return params
+
+
+def rewrite_zip(src: Path, dst: Path, drop=(), replace=None, compression=zipfile.ZIP_STORED) -> Path:
+    """A copy of zip `src` without the members in `drop`, with `replace` {member: bytes}, in `compression`."""
+    replace = replace or {}
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", compression=compression) as zout:
+        for name in zin.namelist():
+            if name not in drop:
+                zout.writestr(name, replace.get(name, zin.read(name)))
+    return dst

@@ -42,9 +42,27 @@ def test_corrupt_idx_file_names_the_folder_and_the_fix(tmp_path):
     raw, _ = make_mnist_raw(tmp_path / "dl")
     images = raw / "train-images-idx3-ubyte"
     images.write_bytes(images.read_bytes()[:-100])      # truncated download
-    with pytest.raises(SourceError, match="MNIST.*raw.*delete"):
+    with pytest.raises(SourceError, match=r"MNIST/raw/train-images-idx3-ubyte is 15,596 bytes but its header "
+                                          r"\(20 x 28 x 28 values\) promises 15,696: the file is truncated\. Fix: delete"):
         prepare_source("mnist", {"download": False, "download_dir": str(tmp_path / "dl")}, tmp_path / "out")
     assert not (tmp_path / "out" / "data.pt").exists()
+
+
+@pytest.mark.parametrize("name, keep, message", [
+    # labels are parsed non-strictly by torchvision: its error (a failed view) would not name the file
+    ("train-labels-idx1-ubyte", 20, r"train-labels-idx1-ubyte is 20 bytes but its header \(20 values\) promises 28: "
+                                    r"the file is truncated\."),
+    ("t10k-images-idx3-ubyte", 8000, r"t10k-images-idx3-ubyte is 8,000 bytes but its header \(10 x 28 x 28 values\) "
+                                     r"promises 7,856: the file is damaged\."),   # bytes appended
+    ("t10k-labels-idx1-ubyte", 3, r"t10k-labels-idx1-ubyte does not start with an IDX header \(3 bytes, first bytes "
+                                  r"000008\): it is truncated, compressed or not an MNIST file\."),
+])
+def test_truncated_idx_file_is_named_with_its_sizes_and_the_fix(tmp_path, name, keep, message):
+    raw, _ = make_mnist_raw(tmp_path / "dl")
+    data = (raw / name).read_bytes()
+    (raw / name).write_bytes(data[:keep] if keep <= len(data) else data + bytes(keep - len(data)))
+    with pytest.raises(SourceError, match=message + r" Fix: delete .*MNIST/raw and run again with internet access"):
+        prepare_source("mnist", {"download": False, "download_dir": str(tmp_path / "dl")}, tmp_path / "out")
 
 
 def test_missing_files_without_download_say_where_to_put_them(tmp_path):

@@ -134,26 +134,55 @@ def mnist_bundled(cfg: dict, _download_dir: Path) -> dict:
             "classes": [str(d) for d in range(10)]}
 
 
+MNIST_IDX = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+IDX_ITEM_BYTES = {0x08: 1, 0x09: 1, 0x0B: 2, 0x0C: 4, 0x0D: 4, 0x0E: 8}   # ubyte, byte, short, int, float, double
+
+
+def _mnist_fix(raw: Path) -> str:
+    return (f"Fix: delete {raw} and run again with internet access (sources.mnist.download: true), or place the "
+            f"four IDX files ({', '.join(MNIST_IDX)}) there yourself, uncompressed.")
+
+
+def _check_idx(path: Path, raw: Path) -> None:
+    """An IDX file's size must be what its header promises: magic (0, 0, type, ndim), ndim big-endian uint32
+    sizes, then the values. torchvision asserts this without naming the file (and not at all under python -O)."""
+    data = path.read_bytes()
+    ndim = data[3] if len(data) >= 4 else 0
+    head = 4 + 4 * ndim
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in IDX_ITEM_BYTES or not 1 <= ndim <= 3 \
+            or len(data) < head:
+        raise SourceError(f"{path} does not start with an IDX header ({len(data)} bytes, first bytes "
+                          f"{data[:4].hex() or 'none'}): it is truncated, compressed or not an MNIST file. {_mnist_fix(raw)}")
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    want = head + int(np.prod(dims, dtype=np.int64)) * IDX_ITEM_BYTES[data[2]]
+    if len(data) != want:
+        raise SourceError(f"{path} is {len(data):,} bytes but its header ({' x '.join(map(str, dims))} values) "
+                          f"promises {want:,}: the file is {'truncated' if len(data) < want else 'damaged'}. "
+                          f"{_mnist_fix(raw)}")
+
+
 @register_source("mnist")
 def mnist_full(cfg: dict, download_dir: Path) -> dict:
     """Full MNIST through torchvision, which verifies the archives' MD5 sums when it downloads them.
-    Files already under `<download_dir>/MNIST/raw` are used as they are and parsed strictly."""
+    Files already under `<download_dir>/MNIST/raw` are used as they are, their sizes checked against their
+    IDX headers first (so a truncated file is named), then parsed strictly by torchvision."""
     from torchvision.datasets import MNIST
 
+    raw = Path(download_dir) / "MNIST" / "raw"
     splits = {}
     for split, train in (("train", True), ("test", False)):
         try:
             ds = MNIST(str(download_dir), train=train, download=cfg["download"])
         except Exception as exc:
-            raise SourceError(
-                f"could not read MNIST ({split}) under {download_dir / 'MNIST' / 'raw'}: {exc}. "
-                "Fix: delete that folder and run again with internet access, or place the four IDX files "
-                "(train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, "
-                "t10k-labels-idx1-ubyte) there yourself.") from exc
+            for name in MNIST_IDX:     # name the damaged file where one is in place
+                if (raw / name).is_file():
+                    _check_idx(raw / name, raw)
+            raise SourceError(f"could not read MNIST ({split}) under {raw}: {type(exc).__name__}: {exc}. "
+                              f"{_mnist_fix(raw)}") from exc
         x, y = ds.data, ds.targets
         if x.ndim != 3 or x.shape[0] != y.shape[0] or x.shape[1:] != (28, 28):
-            raise SourceError(f"MNIST {split} files under {download_dir / 'MNIST' / 'raw'} are inconsistent: "
-                              f"{tuple(x.shape)} images, {tuple(y.shape)} labels; delete them and download again")
+            raise SourceError(f"MNIST {split} files under {raw} are inconsistent: {tuple(x.shape)} images, "
+                              f"{tuple(y.shape)} labels. {_mnist_fix(raw)}")
         splits[split] = (x.to(torch.uint8).unsqueeze(1).contiguous(), y.to(torch.int64))
     return {"train_x": splits["train"][0], "train_y": splits["train"][1],
             "test_x": splits["test"][0], "test_y": splits["test"][1],
