@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import multiprocessing
 import statistics
 import sys
@@ -25,7 +26,7 @@ from gcl.config import load_params, resolve_benchmark, resolve_run
 from gcl.data.benchmarks import kind_of
 from gcl.data.sources import load_source
 from gcl.layout import source_file
-from gcl.train import run_seed
+from gcl.train import DivergenceError, run_seed
 
 _BENCH: dict = {}   # the validation benchmark, built once in the parent and inherited by forked workers
 
@@ -41,12 +42,17 @@ def parse_grid(items: list[str]) -> dict[str, list]:
     return grid
 
 
-def _one(run_cfg: dict, bench_cfg: dict, seed: int, threads: int) -> float:
+def _one(run_cfg: dict, bench_cfg: dict, seed: int, threads: int, metric: str) -> float:
+    """One point and seed; a diverging point scores NaN (printed as diverged) instead of ending the grid."""
     torch.set_num_threads(threads)
-    return run_seed(_BENCH["bench"], bench_cfg, run_cfg, seed, torch.device("cpu"))["class_il"]
+    try:
+        return run_seed(_BENCH["bench"], bench_cfg, run_cfg, seed, torch.device("cpu"))[metric]
+    except DivergenceError:
+        return float("nan")
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> list[dict]:
+    """Score every point of the grid; prints the table and returns its rows, best first."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", help="a key under runs: in params.yaml, the starting point")
     parser.add_argument("--grid", nargs="+", default=[], help="key=v1,v2 ... (overrides of the run's settings)")
@@ -54,6 +60,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fraction", type=float, default=0.1, help="share of each class's training images held out")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--metric", choices=["class_il", "task_il"], default="class_il",
+                        help="the validation accuracy that ranks the points (task_il needs a benchmark with tasks)")
     args = parser.parse_args(argv)
     if not 0.0 < args.fraction < 1.0:
         raise SystemExit(f"--fraction must lie in (0, 1), got {args.fraction}")
@@ -79,19 +87,27 @@ def main(argv: list[str] | None = None) -> None:
 
     jobs = [(i, seed) for i in range(len(configs)) for seed in args.seeds]
     with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = {job: pool.submit(_one, configs[job[0]]["run"], bench_cfg, job[1], threads) for job in jobs}
+        futures = {job: pool.submit(_one, configs[job[0]]["run"], bench_cfg, job[1], threads, args.metric)
+                   for job in jobs}
         scores = {job: f.result() for job, f in futures.items()}
 
     rows = []
+    name = {"class_il": "Class-IL", "task_il": "Task-IL"}[args.metric]
+    label = f"val {name} mean"
     for i, point in enumerate(points):
         accs = [scores[(i, s)] for s in args.seeds]
-        rows.append({**point, "val class-il mean": statistics.fmean(accs),
-                     "std": statistics.stdev(accs) if len(accs) > 1 else 0.0,
-                     "per seed": " ".join(f"{a:.2f}" for a in accs)})
-    rows.sort(key=lambda r: -r["val class-il mean"])
-    print(f"{args.run}: validation Class-IL % ({args.fraction:.0%} of each class held out), seeds {args.seeds}")
+        diverged = any(math.isnan(a) for a in accs)
+        rows.append({**point, label: float("-inf") if diverged else statistics.fmean(accs),
+                     "std": 0.0 if diverged or len(accs) < 2 else statistics.stdev(accs),
+                     "per seed": " ".join("diverged" if math.isnan(a) else f"{a:.2f}" for a in accs)})
+    rows.sort(key=lambda r: -r[label])
+    for r in rows:
+        if r[label] == float("-inf"):
+            r[label], r["std"] = "diverged", "-"
+    print(f"{args.run}: validation {name} % ({args.fraction:.0%} of each class held out), seeds {args.seeds}")
     print(tabulate(rows, headers="keys", floatfmt=".2f"))
+    return rows
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

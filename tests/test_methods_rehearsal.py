@@ -357,9 +357,9 @@ def tiny_seq():
 
 def _run(tiny_seq, name, buffer, **extra):
     bench, cfg = tiny_seq
-    params = {"seeds": [0], "sources": {}, "benchmarks": {"b": cfg}, "methods": {name: {}},
+    params = {"seeds": [0], "sources": {"synthetic": {}}, "benchmarks": {"b": cfg}, "methods": {name: {}},
               "runs": {"r": {"benchmark": "b", "method": name, "buffer": buffer, "lr": 0.1, "batch": 10, **extra}}}
-    return run_seed(bench, cfg, resolve_run(params, "r"), 0, CPU)
+    return run_seed(bench, cfg, resolve_run(params, "r")["run"], 0, CPU)
 
 
 @pytest.mark.parametrize("name", sorted(SETTINGS))

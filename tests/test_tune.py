@@ -35,13 +35,13 @@ def test_every_point_and_seed_is_scored_on_the_validation_split(tune, tmp_path, 
     write_er_params(tmp_path)
     save_tensors(tmp_path / "data" / "raw" / "mnist-bundled" / "data.pt", source(per_class=10))
     monkeypatch.chdir(tmp_path)
-    tune.main(["seq-er-50", "--grid", "lr=0.05,0.1", "replay_batch=4", "--seeds", "0", "1", "--workers", "2"])
-    out = capsys.readouterr().out
-    assert "validation Class-IL" in out and "seeds [0, 1]" in out
-    rows = [line.split() for line in out.splitlines() if line.strip().startswith("0.")]
-    assert sorted(r[0] for r in rows) == ["0.05", "0.10"] and all(r[1] == "4" for r in rows)
-    assert all(len(r) == 6 for r in rows)   # lr, replay_batch, mean, std, and one score per seed
+    rows = tune.main(["seq-er-50", "--grid", "lr=0.05,0.1", "replay_batch=4", "--seeds", "0", "1", "--workers", "2"])
+    assert sorted(r["lr"] for r in rows) == [0.05, 0.1] and all(r["replay_batch"] == 4 for r in rows)
+    assert all(len(r["per seed"].split()) == 2 and 0 <= r["val Class-IL mean"] <= 100 for r in rows)
+    assert rows[0]["val Class-IL mean"] >= rows[1]["val Class-IL mean"]          # best first
     assert not (tmp_path / "runs").exists()
+    til = tune.main(["seq-er-50", "--grid", "lr=0.1", "--seeds", "0", "--workers", "1", "--metric", "task_il"])
+    assert til[0]["val Task-IL mean"] >= 50.0
     # a malformed point stops before any training, naming the key
     with pytest.raises(Exception, match="runs.seq-er-50.lr"):
         tune.main(["seq-er-50", "--grid", "lr=fast"])

@@ -63,7 +63,8 @@ class Method:
     name: ClassVar[str]
     summary: ClassVar[str] = ""          # one line for the settings reference
     needs_boundaries: ClassVar[bool] = False
-    uses_buffer: ClassVar[bool] = False
+    uses_buffer: ClassVar[bool] = False  # takes a buffer size (runs.<name>.buffer) ...
+    reservoir: ClassVar[bool] = True     # ... and keeps it as the shared reservoir (False: a memory of its own)
     offline: ClassVar[bool] = False      # trains once the stream is over (JOINT); evaluated only then
     Settings: ClassVar[type[MethodSettings]] = MethodSettings
     state_attrs: ClassVar[tuple[str, ...]] = ()
@@ -73,7 +74,8 @@ class Method:
         self.cfg = cfg
         self.ctx = ctx
         self.params = [p for p in net.parameters() if p.requires_grad]   # what an update moves; heads append
-        self.buffer = ReservoirBuffer(cfg["buffer"], ctx.device, ctx.generator) if self.uses_buffer else None
+        self.buffer = (ReservoirBuffer(cfg["buffer"], ctx.device, ctx.generator)
+                       if self.uses_buffer and self.reservoir else None)
 
     def observe(self, x: torch.Tensor, y: torch.Tensor, x_raw: torch.Tensor) -> torch.Tensor:
         """One update on the (augmented) batch `x`; `x_raw` is the non-augmented batch. Returns the detached loss."""

@@ -36,13 +36,13 @@ class FDR(Method):
     name = "fdr"
     summary = "FDR: after each step, an SGD step pulling the softmax on a memory batch to the stored one"
     needs_boundaries = True
-    uses_buffer = True      # reads cfg['buffer'] (params validation ties that to uses_buffer); its own memory below
+    uses_buffer = True
+    reservoir = False       # a memory of its own (below), not the shared reservoir
     Settings = ReplaySettings
     state_attrs = ("mem_x", "mem_p", "mem_t", "tasks_seen")
 
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)
-        self.buffer = None      # not the shared reservoir: this method keeps its own memory
         self.mem_x: torch.Tensor | None = None   # uint8 images
         self.mem_p: torch.Tensor | None = None   # stored softmax outputs
         self.mem_t: torch.Tensor | None = None   # task of each row

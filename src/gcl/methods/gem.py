@@ -56,13 +56,13 @@ class GEM(Method):
     name = "gem"
     summary = "GEM: per-task episodic memories; the step is projected (QP) so no memory loss increases"
     needs_boundaries = True
-    uses_buffer = True      # reads cfg['buffer'] (params validation ties that to uses_buffer); its own memory below
+    uses_buffer = True
+    reservoir = False       # a memory of its own (below), not the shared reservoir
     Settings = GEMSettings
     state_attrs = ("mem_x", "mem_y", "mem_sizes")
 
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)
-        self.buffer = None      # not the shared reservoir: this method keeps its own memory
         self.mem_x: torch.Tensor | None = None      # uint8 images, task after task
         self.mem_y: torch.Tensor | None = None
         self.mem_sizes: list[int] = []               # images stored per past task, in task order

@@ -143,13 +143,13 @@ class HAL(Method):
     name = "hal"
     summary = "HAL: ER on a per-class ring buffer, plus anchors learned at task ends whose outputs are kept stable"
     needs_boundaries = True
-    uses_buffer = True      # reads cfg['buffer'] (params validation ties that to uses_buffer); its own memory below
+    uses_buffer = True
+    reservoir = False       # a memory of its own (below), not the shared reservoir
     Settings = HALSettings
     state_attrs = ("ring", "anchors", "anchor_classes", "phi")
 
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)
-        self.buffer = None      # not the shared reservoir: this method keeps its own memory
         per_class = cfg["buffer"] // ctx.n_classes
         if per_class == 0:
             raise ValueError(f"hal: a buffer of {cfg['buffer']} gives no ring slot to each of {ctx.n_classes} classes")

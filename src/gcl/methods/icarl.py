@@ -71,13 +71,13 @@ class ICaRL(Method):
     name = "icarl"
     summary = "iCaRL: herding exemplars, sigmoid distillation from the old network, nearest-mean classifier"
     needs_boundaries = True
-    uses_buffer = True      # reads cfg['buffer'] (params validation ties that to uses_buffer); its own memory below
+    uses_buffer = True
+    reservoir = False       # a memory of its own (below), not the shared reservoir
     Settings = ICaRLSettings
     state_attrs = ("ex_x", "ex_y", "old_net", "class_means", "seen_hi", "task_lo", "replay_per_step")
 
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)
-        self.buffer = None      # not the shared reservoir: this method keeps its own memory
         self.ex_x: torch.Tensor | None = None      # exemplars, uint8, grouped by class in herding order
         self.ex_y: torch.Tensor | None = None
         self.old_net = copy.deepcopy(net).eval()    # replaced at each task's end; frozen
