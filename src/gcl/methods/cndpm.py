@@ -93,7 +93,8 @@ class Adam(nn.Module):
         ms = [getattr(self, f"m{i}") for i in range(n)]
         vs = [getattr(self, f"v{i}") for i in range(n)]
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self._params]
-        grads = [g.clamp(-clip, clip) for g in grads]
+        torch._foreach_clamp_min_(grads, -clip)   # in place: the gradients are not read after the step
+        torch._foreach_clamp_max_(grads, clip)
         if mask is None:
             self.steps += 1
             t = self.steps
