@@ -49,6 +49,11 @@ its moments held as buffers of each expert, so that checkpoints carry them, and 
 decision applied as a 0/1 mask on the device instead of a host-side branch; no sleep validation split
 (the code's sleep_val_size is 0). A runaway expert count (more than `max_experts`) stops the run with an
 error naming log_alpha instead of filling memory.
+
+Protocol: CN-DPM's NLL scale, hence log_alpha, assumes pixels in [0, 1] (sequential benchmarks with
+`normalize: false`, `augment: false`). The project's sequential stream makes one shuffled pass over each
+task without replacement (the authors' Split-MNIST episode drew its 6,000 batches with replacement; their
+CIFAR episodes, like this stream, make one pass). The backbone the training loop builds is not used.
 """
 from __future__ import annotations
 
