@@ -16,7 +16,7 @@ from pydantic import Field, field_validator
 
 from gcl.settings import ParamsError, Settings, validate
 
-RUN_KEYS = ("benchmark", "method", "buffer", "epochs")   # a run block's own keys; the rest are method settings
+RUN_KEYS = ("benchmark", "method", "buffer", "epochs", "seeds")   # a run's own keys; the rest are method settings
 DEVICE_PATTERN = r"^(auto|cpu|cuda(:\d+)?)$"
 
 
@@ -184,7 +184,10 @@ def resolve_run(params: dict, key: str) -> dict:
     flat = {"benchmark": bench_name, "method": method, "buffer": buffer, "algorithm": algorithm,
             **settings.model_dump()}
     top = check_top(params)
-    return {"key": key, "run": flat, "benchmark": training, "data": groups["data"], "seeds": top.seeds,
+    seeds = top.seeds
+    if "seeds" in run:   # a run repeated over its own seeds (e.g. CN-DPM's 10 runs)
+        seeds = validate(TopLevel, {**params, "seeds": run["seeds"]}, f"{where}").seeds
+    return {"key": key, "run": flat, "benchmark": training, "data": groups["data"], "seeds": seeds,
             "device": top.device}
 
 

@@ -11,6 +11,7 @@ from pydantic import Field
 from gcl.atomic import save_tensors
 from gcl.backbones import BACKBONES
 from gcl.data import mnist360, sequential
+from gcl.data.class_orders import CLASS_ORDERS
 from gcl.data.stream import Stream
 from gcl.data.transforms import to_unit_float
 from gcl.settings import Settings
@@ -54,9 +55,12 @@ class SequentialSettings(BenchmarkSettings):
     n_tasks: int = Field(gt=0, description="tasks, shown one after the other")
     classes_per_task: int = Field(gt=0, description="classes of each task, in the source's label order")
     augment: bool = Field(True, description="random crop (padding 4) and horizontal flip of training images")
+    normalize: bool = Field(True, description="normalise by the source's mean/std (false: pixels stay in [0, 1])")
+    class_order: Literal[tuple(CLASS_ORDERS)] | None = Field(
+        None, description="a named class order (tasks take consecutive groups of it); none: label order")
 
 
-DATA_FIELDS = {"kind", "source", "validation_fraction", "n_tasks", "classes_per_task"}
+DATA_FIELDS = {"kind", "source", "validation_fraction", "n_tasks", "classes_per_task", "normalize", "class_order"}
 RUNTIME_FIELDS = {"threads"}
 DISPLAY_FIELDS = {"label"}
 

@@ -8,7 +8,10 @@ set after the last step of each task, and reads each test sample's task from `te
 
 Settings under `benchmarks.<name>`: n_tasks, classes_per_task (required), validation_fraction
 (the last part of each class's training images, in source order, becomes the evaluation set and the
-real test set is left out) and augment (random crop with padding 4 + flip, default true).
+real test set is left out), augment (random crop with padding 4 + flip, default true), normalize (false:
+pixels stay in [0, 1] even when the source has a mean/std; default true) and class_order (the name of an
+order in class_orders.py: tasks take consecutive groups of that order, and labels are renumbered so that
+task t still holds [t * c, (t + 1) * c), the class names following their classes).
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import numpy as np
 import torch
 
 from gcl.data.augment import Normalize, TrainAugment
+from gcl.data.class_orders import CLASS_ORDERS
 from gcl.data.stream import Stream
 
 CROP_PADDING = 4
@@ -42,7 +46,12 @@ def build_benchmark(source: dict, cfg: dict) -> dict:
         raise SequentialConfigError(f"{n_tasks} tasks x {per_task} classes need {n_classes} classes; the source "
                                     f"{cfg.get('source')!r} has {len(names)}")
     fraction = float(cfg.get("validation_fraction", 0.0))
-    train_x, train_y = source["train_x"], source["train_y"]
+    train_x, train_y, test_y = source["train_x"], source["train_y"], source["test_y"]
+    class_order = _class_order(cfg.get("class_order"), len(names))
+    if class_order is not None:   # renumber: source class class_order[j] becomes label j; names follow their classes
+        rank = torch.empty(len(class_order), dtype=torch.long)
+        rank[torch.tensor(class_order)] = torch.arange(len(class_order))
+        train_y, test_y, names = rank[train_y], rank[test_y], [names[c] for c in class_order]
     # every class's indices in source order, from one stable sort (not one scan of the labels per class)
     by_class = torch.argsort(train_y, stable=True)
     counts = torch.bincount(train_y, minlength=n_classes)[:n_classes].tolist()
@@ -58,14 +67,14 @@ def build_benchmark(source: dict, cfg: dict) -> dict:
         held = torch.cat(eval_idx)
         eval_x, eval_y = train_x.index_select(0, held), train_y.index_select(0, held)
     else:
-        keep = source["test_y"] < n_classes
-        eval_x, eval_y = source["test_x"][keep], source["test_y"][keep]
+        keep = test_y < n_classes
+        eval_x, eval_y = source["test_x"][keep], test_y[keep]
     missing = sorted(set(range(n_classes)) - set(eval_y.unique().tolist()))
     if missing:
         raise SequentialConfigError(f"classes {missing} have no evaluation images")
     order = torch.cat(train_idx)
     labels = train_y[order]
-    mean, std = source.get("mean"), source.get("std")
+    mean, std = (source.get("mean"), source.get("std")) if cfg.get("normalize", True) else (None, None)
     return {
         "kind": "sequential",
         "n_classes": n_classes,
@@ -82,11 +91,25 @@ def build_benchmark(source: dict, cfg: dict) -> dict:
         "group_names": [", ".join(str(names[k]) for k in range(t * per_task, (t + 1) * per_task))
                         for t in range(n_tasks)],
         "evaluated_on": "validation" if fraction > 0 else "test",
-        # how the network sees the pixels: the source's statistics if it has them, else [0, 1]
+        "class_order": list(class_order[:n_classes]) if class_order is not None else None,   # source class of each label
+        # how the network sees the pixels: the source's statistics if it has them (and normalize is on), else [0, 1]
         "mean": list(mean) if mean is not None else None,
         "std": list(std) if std is not None else None,
         "crop_padding": CROP_PADDING,
     }
+
+
+def _class_order(name, n_source_classes: int) -> tuple[int, ...] | None:
+    """The named order, which must be a permutation of the source's classes; None keeps the source's order."""
+    if name is None:
+        return None
+    if name not in CLASS_ORDERS:
+        raise SequentialConfigError(f"class_order {name!r} is not a known class order; known: {sorted(CLASS_ORDERS)}")
+    order = CLASS_ORDERS[name]
+    if sorted(order) != list(range(n_source_classes)):
+        raise SequentialConfigError(f"class_order {name!r} orders {len(order)} classes, not the source's "
+                                    f"{n_source_classes} classes 0..{n_source_classes - 1}")
+    return order
 
 
 def build_stream(bench: dict, cfg: dict, batch_size: int, generator: torch.Generator) -> Stream:

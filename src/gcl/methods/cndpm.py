@@ -1,0 +1,503 @@
+"""CN-DPM (Lee, Ha, Zhang, Kim, ICLR 2020): a neural Dirichlet process mixture of experts, task-free.
+
+Each expert k pairs a classifier p(y | x; phi_k^D) with a VAE density model p(x; phi_k^G), so the mixture
+models p(x, y) = sum_k pi_k p(x | k) p(y | x, k) (the paper's Eq. 7). The method never sees task boundaries.
+
+Prior. Counts N_k are kept in log space (`log_counts`); slot 0 stands for "a new expert" with N_0 = alpha
+(`log_alpha`), never changed. A wake step adds each expert's summed responsibilities over the batch to its
+count (every sample of the batch, also those sent to the short-term memory, as the authors' code does);
+an expert made in sleep starts at N = |STM| + 1 (the code's add_expert, count 1, then + |STM|).
+
+Expert 0. A frozen, randomly initialised expert of the base architecture (its VAE and classifier are never
+updated): its negative log-likelihood with the prior weight alpha is the likelihood of a new expert
+(Eq. 8, phi_0 ~ G_0 sampled once).
+
+Wake (one stream batch). For every expert, NLL_k(x, y) = VAE negative ELBO (16 latent samples, the ELBOs
+averaged, Gaussian likelihood of unit variance summed over all pixels, sigmoid mean, analytic KL) + the
+classifier's "chilled" NLL, whose value is the cross-entropy of log_softmax(log p(y|x) / chill) and whose
+gradient is the plain cross-entropy's (straight-through). Each sample goes, by argmin_k NLL_k - log N_k,
+to an existing expert or (k = 0) to the short-term memory (STM). Responsibilities over the existing experts
+(softmax of -NLL + log N with the new-expert column zeroed, computed without gradient) weight the
+per-sample NLLs, summed over the batch with the STM-bound samples masked out; one Adam step per batch
+(gradients clipped by value) for every expert whose batch usage exceeds `update_min_usage`.
+
+Sleep (when the STM holds `stm_capacity` samples or more). A new expert is built, its VAE trained first
+(`sleep_steps_vae` Adam steps) and then its classifier (`sleep_steps_cls` steps), each step on a batch of
+`sleep_batch` STM samples drawn with replacement, with an explicit L2 penalty `weight_decay` * sum ||theta||^2;
+afterwards both learning rates are multiplied by `lr_decay` for the wake phase (the Adam state carries over),
+and the STM is emptied.
+
+Lateral connections (parameter sharing). Every layer of expert k >= 2 but its VAE decoder also reads the
+detached, concatenated features of all earlier experts (expert 1's and the `*_ext`-wide additions of each
+later one), so no gradient reaches an earlier expert; decoders are never shared and always base width.
+Architectures, widths and the parameter counts follow the authors' code: MNIST (`arch: mlp`) MLP VAE
+784-64-64 (z 16) / classifier 784-64-64-10, +16 units per expert (5 experts = 524,130 parameters);
+CIFAR (`arch: cnn`) conv VAE 32/64 channels, fc 128, z 64, decoder by transposed convs / a 10-layer ResNet
+with InstanceNorm (no affine), widths 20-40-80-160, strides 1,2,2,2, +4 channels per expert.
+
+Test time. log p(x, y = c) = logsumexp_k [log pi_k - NLL_VAE,k(x) + log p_k(y = c | x)] over the existing
+experts with pi_k = N_k / sum N (expert 0 excluded) and the unchilled classifier; `predict` returns these
+scores, whose argmax is the mixture's prediction. Before the first sleep there is no expert: all scores 0.
+
+Simplifications against the authors' code (none changes a decision or a gradient): the additive constants of
+the Gaussian NLL (0.5 log 2 pi and the 0.001 noise floor per pixel) are dropped, identical for every expert
+and the placeholder, so argmin, responsibilities, gradients and the test-time argmax are unchanged; the
+MultiStepLR schedule is "lr *= lr_decay after sleep"; lateral features are passed as a list (not the code's
+recursive chain), and in sleep the earlier experts' (frozen) features of the STM are computed once instead of
+per batch (the same values); Adam is written out (torch.optim.Adam's update, eps 1e-8, betas 0.9/0.999) with
+its moments held as buffers of each expert, so that checkpoints carry them, and with the "skip this expert"
+decision applied as a 0/1 mask on the device instead of a host-side branch; no sleep validation split
+(the code's sleep_val_size is 0). A runaway expert count (more than `max_experts`) stops the run with an
+error naming log_alpha instead of filling memory.
+
+Protocol: CN-DPM's NLL scale, hence log_alpha, assumes pixels in [0, 1] (sequential benchmarks with
+`normalize: false`, `augment: false`). The project's sequential stream makes one shuffled pass over each
+task without replacement (the authors' Split-MNIST episode drew its 6,000 batches with replacement; their
+CIFAR episodes, like this stream, make one pass). The backbone the training loop builds is not used.
+"""
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+
+from gcl.methods.base import Method, MethodSettings, register
+
+BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
+
+
+# ------------------------------------------------------------------------------------------ Adam
+
+class Adam(nn.Module):
+    """Adam over a fixed list of parameters; moments, step count and learning rate are buffers, so that a
+    module holding this one checkpoints the optimiser with it. The update is torch.optim.Adam's (no weight
+    decay, no amsgrad) after clipping each gradient to [-clip, clip]."""
+
+    def __init__(self, params: list[nn.Parameter], lr: float):
+        super().__init__()
+        self._params = list(params)   # a plain list: the parameters belong to the module that owns them
+        for i, p in enumerate(self._params):
+            self.register_buffer(f"m{i}", torch.zeros_like(p))
+            self.register_buffer(f"v{i}", torch.zeros_like(p))
+        self.register_buffer("steps", torch.zeros(()))
+        self.register_buffer("lr", torch.tensor(float(lr)))
+
+    def zero_grad(self) -> None:
+        for p in self._params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self, clip: float, mask: torch.Tensor | None = None) -> None:
+        """One update; with a 0-d 0/1 `mask`, an update only where mask is 1 (parameters and state unchanged
+        where it is 0), decided on the device."""
+        n = len(self._params)
+        ms = [getattr(self, f"m{i}") for i in range(n)]
+        vs = [getattr(self, f"v{i}") for i in range(n)]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self._params]
+        torch._foreach_clamp_min_(grads, -clip)   # in place: the gradients are not read after the step
+        torch._foreach_clamp_max_(grads, clip)
+        if mask is None:
+            self.steps += 1
+            t = self.steps
+            torch._foreach_lerp_(ms, grads, 1 - BETA1)
+            torch._foreach_mul_(vs, BETA2)
+            torch._foreach_addcmul_(vs, grads, grads, value=1 - BETA2)
+            step_size = self.lr / (1 - BETA1 ** t)
+            denom = torch._foreach_sqrt(vs)
+            torch._foreach_div_(denom, torch.sqrt(1 - BETA2 ** t))
+            torch._foreach_add_(denom, EPS)
+            updates = torch._foreach_div(ms, denom)
+            torch._foreach_mul_(updates, step_size)
+            torch._foreach_sub_(self._params, updates)
+            return
+        mask = mask.to(ms[0].dtype) if n else mask
+        self.steps += mask
+        t = self.steps.clamp_min(1)   # an expert never stepped keeps 0 moments: no 0/0 below
+        for p, m, v, g in zip(self._params, ms, vs, grads):
+            m.lerp_(g, (1 - BETA1) * mask)
+            v.add_(mask * (1 - BETA2) * (g * g - v))
+            denom = (v / (1 - BETA2 ** t)).sqrt_().add_(EPS)
+            p.sub_(mask * self.lr / (1 - BETA1 ** t) * m / denom)
+
+
+# ------------------------------------------------------------------------------------------ experts
+
+class MlpVae(nn.Module):
+    """The authors' MlpSharingVae: encoder in -> h -> h (lateral inputs), mu / log var heads; unshared decoder
+    z -> base -> base -> in (sigmoid mean)."""
+
+    def __init__(self, in_dim: int, z_dim: int, base: int, ext: int, n_prev: int):
+        super().__init__()
+        own, cat = (base if n_prev == 0 else ext), base + n_prev * ext
+        self.enc1, self.enc2 = nn.Linear(in_dim, own), nn.Linear(cat, own)
+        self.mu, self.log_var = nn.Linear(cat, z_dim), nn.Linear(cat, z_dim)
+        self.dec = nn.Sequential(nn.Linear(z_dim, base), nn.ReLU(), nn.Linear(base, base), nn.ReLU(),
+                                 nn.Linear(base, in_dim))
+
+    def encode(self, x, prev):
+        h = _lateral(F.relu(self.enc1(x.flatten(1))), prev, 0)
+        h2 = _lateral(F.relu(self.enc2(h)), prev, 1)
+        return self.mu(h2), self.log_var(h2), [h.detach(), h2.detach()]
+
+    def decode_logits(self, z, shape):
+        return self.dec(z).view(-1, *shape)
+
+
+class CnnVae(nn.Module):
+    """The authors' CnnSharingVae: conv3x3(nf)+pool+ReLU, conv3x3(2nf)+pool+ReLU, fc(4nf)+ReLU (each reading the
+    earlier experts' features), mu / log var heads; unshared base-width decoder fc, fc, 4x4 transposed convs."""
+
+    def __init__(self, in_shape, z_dim: int, base: int, ext: int, n_prev: int):
+        super().__init__()
+        c, h, w = in_shape
+        own, cat = (base if n_prev == 0 else ext), base + n_prev * ext
+        self.small = (h // 4, w // 4)
+        self.enc1 = nn.Conv2d(c, own, 3, 1, 1)
+        self.enc2 = nn.Conv2d(cat, 2 * own, 3, 1, 1)
+        self.enc3 = nn.Linear(self.small[0] * self.small[1] * 2 * cat, 4 * own)
+        self.mu, self.log_var = nn.Linear(4 * cat, z_dim), nn.Linear(4 * cat, z_dim)
+        self.base = base
+        self.dec = nn.Sequential(
+            nn.Linear(z_dim, 4 * base), nn.ReLU(),
+            nn.Linear(4 * base, self.small[0] * self.small[1] * 2 * base), nn.ReLU(),
+            nn.Unflatten(1, (2 * base, *self.small)),
+            nn.ConvTranspose2d(2 * base, base, 4, 2, 1), nn.ReLU(),
+            nn.ConvTranspose2d(base, c, 4, 2, 1))
+
+    def encode(self, x, prev):
+        h1 = _lateral(F.relu(F.max_pool2d(self.enc1(x), 2)), prev, 0)
+        h2 = _lateral(F.relu(F.max_pool2d(self.enc2(h1), 2)).flatten(1), prev, 1)
+        h3 = _lateral(F.relu(self.enc3(h2)), prev, 2)
+        return self.mu(h3), self.log_var(h3), [h1.detach(), h2.detach(), h3.detach()]
+
+    def decode_logits(self, z, shape):
+        return self.dec(z).view(-1, *shape)
+
+
+class MlpClassifier(nn.Module):
+    """The authors' MlpSharingClassifier: in -> h -> h -> classes, layers 2 and 3 reading earlier features."""
+
+    def __init__(self, in_dim: int, n_classes: int, base: int, ext: int, n_prev: int):
+        super().__init__()
+        own, cat = (base if n_prev == 0 else ext), base + n_prev * ext
+        self.fc1, self.fc2, self.out = nn.Linear(in_dim, own), nn.Linear(cat, own), nn.Linear(cat, n_classes)
+
+    def forward(self, x, prev):
+        h1 = _lateral(F.relu(self.fc1(x.flatten(1))), prev, 0)
+        h2 = _lateral(F.relu(self.fc2(h1)), prev, 1)
+        return F.log_softmax(self.out(h2), 1), [h1.detach(), h2.detach()]
+
+
+class Block(nn.Module):
+    """ResNet basic block with InstanceNorm (no affine, no running statistics) and bias-free convs."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
+        self.short = nn.Conv2d(c_in, c_out, 1, stride, bias=False) if stride != 1 or c_in != c_out else None
+
+    def forward(self, x):
+        out = F.relu(F.instance_norm(self.conv1(x)))
+        return F.relu(F.instance_norm(self.conv2(out)) + (x if self.short is None else F.instance_norm(self.short(x))))
+
+
+class ResNetClassifier(nn.Module):
+    """The authors' ResNetSharingClassifier with num_blocks [1, 1, 1, 1]: conv3x3+IN+ReLU, four blocks of
+    widths nf, 2nf, 4nf, 8nf (strides 1, 2, 2, 2), global average pool, linear; each stage reads earlier
+    experts' features."""
+
+    def __init__(self, in_ch: int, n_classes: int, base: int, ext: int, n_prev: int):
+        super().__init__()
+        own, cat = (base if n_prev == 0 else ext), base + n_prev * ext
+        self.conv0 = nn.Conv2d(in_ch, own, 3, 1, 1, bias=False)
+        self.blocks = nn.ModuleList([Block(cat * i, own * o, s)
+                                     for i, o, s in ((1, 1, 1), (1, 2, 2), (2, 4, 2), (4, 8, 2))])
+        self.out = nn.Linear(cat * 8, n_classes)
+
+    def forward(self, x, prev):
+        feats = [_lateral(F.relu(F.instance_norm(self.conv0(x))), prev, 0)]
+        for i, block in enumerate(self.blocks):
+            h = block(feats[-1])
+            if i == 3:
+                h = F.adaptive_avg_pool2d(h, 1).flatten(1)
+            feats.append(_lateral(h, prev, i + 1))
+        return F.log_softmax(self.out(feats[-1]), 1), [f.detach() for f in feats]
+
+
+def _lateral(own: torch.Tensor, prev: list[torch.Tensor] | None, i: int) -> torch.Tensor:
+    """This expert's features after the (already detached) concatenated features of the earlier experts."""
+    return own if prev is None else torch.cat([prev[i], own], 1)
+
+
+class Expert(nn.Module):
+    """One mixture component: VAE `g`, classifier `d`, and their Adam states (expert 0: frozen, no updates)."""
+
+    def __init__(self, cfg: dict, in_shape: tuple[int, ...], n_classes: int, n_prev: int, frozen: bool = False):
+        super().__init__()
+        in_dim = math.prod(in_shape)
+        if cfg["arch"] == "mlp":
+            self.g = MlpVae(in_dim, cfg["z_dim"], cfg["vae_width"], cfg["vae_ext"], n_prev)
+            self.d = MlpClassifier(in_dim, n_classes, cfg["cls_width"], cfg["cls_ext"], n_prev)
+        else:
+            self.g = CnnVae(in_shape, cfg["z_dim"], cfg["vae_width"], cfg["vae_ext"], n_prev)
+            self.d = ResNetClassifier(in_shape[0], n_classes, cfg["cls_width"], cfg["cls_ext"], n_prev)
+        if frozen:
+            self.requires_grad_(False)
+        else:
+            self.opt_g = Adam(list(self.g.parameters()), cfg["lr_vae"])
+            self.opt_d = Adam(list(self.d.parameters()), cfg["lr"])
+
+
+class GaussianRecon(torch.autograd.Function):
+    """0.5 * sum_d (x_d - sigmoid(l_d))^2 over the last axis (x broadcast over the latent samples), with a
+    hand-written backward: the same values and gradients as autograd's, in fewer passes over the decoded
+    images (this loss dominates the sleep phase's time). No gradient flows to x (the data)."""
+
+    @staticmethod
+    def forward(ctx, logits, x):
+        mu = torch.sigmoid(logits)
+        diff = mu - x
+        ctx.save_for_backward(mu, diff)
+        return 0.5 * torch.linalg.vecdot(diff, diff)
+
+    @staticmethod
+    def backward(ctx, grad):
+        mu, diff = ctx.saved_tensors
+        # d/dl 0.5 (mu - x)^2 = (mu - x) mu (1 - mu)
+        return diff * (mu - mu * mu) * grad.unsqueeze(-1), None
+
+
+def vae_nll(vae: nn.Module, x: torch.Tensor, prev, z_samples: int):
+    """Negative ELBO per sample (16-sample average of ELBOs, unit-variance Gaussian summed over pixels without
+    its constants, analytic KL to N(0, I)) and the encoder's detached features for the next expert."""
+    mu, log_var, feats = vae.encode(x, prev)
+    std = (0.5 * log_var).exp()
+    z = mu.unsqueeze(1) + std.unsqueeze(1) * torch.randn(mu.shape[0], z_samples, mu.shape[1], device=mu.device,
+                                                           dtype=mu.dtype)
+    logits = vae.decode_logits(z.flatten(0, 1), x.shape[1:]).view(x.shape[0], z_samples, -1)
+    recon = GaussianRecon.apply(logits, x.flatten(1).unsqueeze(1)).mean(1)
+    kl = 0.5 * (log_var.exp() + mu.square() - 1 - log_var).sum(1)
+    return recon + kl, feats
+
+
+def chilled_nll(log_probs: torch.Tensor, y: torch.Tensor, chill: float) -> torch.Tensor:
+    """Per-sample NLL whose value is the cross-entropy of log_softmax(log p / chill) (the classifier
+    sharpened by the temperature `chill`) and whose gradient is the plain cross-entropy's."""
+    plain = F.nll_loss(log_probs, y, reduction="none")
+    chilled = F.nll_loss(F.log_softmax(log_probs.detach() / chill, 1), y, reduction="none")
+    return plain - plain.detach() + chilled
+
+
+# ------------------------------------------------------------------------------------------ method
+
+class CNDPMSettings(MethodSettings):
+    lr: float = Field(gt=0, description="Adam learning rate of the classifiers (sleep; wake after lr_decay)")
+    lr_vae: float = Field(gt=0, description="Adam learning rate of the VAEs (sleep; wake after lr_decay)")
+    arch: Literal["mlp", "cnn"] = Field(description="experts for MNIST (MLPs) or CIFAR (conv VAE + ResNet-10)")
+    log_alpha: float = Field(description="log of the DP concentration alpha: the prior count of a new expert")
+    classifier_chill: float = Field(0.01, gt=0, description="temperature of the classifier NLL used to pick experts")
+    stm_capacity: int = Field(gt=0, description="short-term memory size that triggers a sleep phase")
+    sleep_steps_vae: int = Field(gt=0, description="Adam steps that train a new expert's VAE in sleep")
+    sleep_steps_cls: int = Field(gt=0, description="Adam steps that then train its classifier")
+    sleep_batch: int = Field(50, gt=0, description="STM samples per sleep step (drawn with replacement)")
+    lr_decay: float = Field(1.0, gt=0, le=1, description="factor on a new expert's learning rates after its sleep")
+    update_min_usage: float = Field(0.0, ge=0, description="wake: experts with at most this batch usage are not stepped")
+    weight_decay: float = Field(1e-5, ge=0, description="explicit L2 coefficient in sleep (none in wake)")
+    clip: float = Field(0.5, gt=0, description="gradients clipped by value to [-clip, clip]")
+    z_dim: int = Field(gt=0, description="VAE latent size")
+    z_samples: int = Field(16, gt=0, description="latent samples whose ELBOs are averaged")
+    vae_width: int = Field(gt=0, description="first expert's VAE width (units or channels)")
+    vae_ext: int = Field(gt=0, description="VAE encoder width each later expert adds")
+    cls_width: int = Field(gt=0, description="first expert's classifier width")
+    cls_ext: int = Field(gt=0, description="classifier width each later expert adds")
+    max_experts: int = Field(100, gt=0, description="stop the run when more experts are made (alpha too large)")
+
+
+@register
+class CNDPM(Method):
+    name = "cndpm"
+    summary = "CN-DPM: Dirichlet-process mixture of VAE+classifier experts, new experts trained in sleep from a short-term memory"
+    needs_boundaries = False
+    uses_buffer = False
+    Settings = CNDPMSettings
+    state_attrs = ("experts", "log_counts", "stm_x", "stm_y", "stm_n")
+
+    def __init__(self, net, cfg, ctx):
+        super().__init__(net, cfg, ctx)
+        self.params = []   # the project's backbone is not used: the experts are the model
+        self.in_shape = None
+        self.experts = nn.ModuleList()
+        self.log_counts = torch.tensor([float(cfg["log_alpha"])], device=ctx.device)   # slot 0: N_0 = alpha
+        self.stm_x = self.stm_y = None
+        self.stm_n = torch.zeros((), dtype=torch.long, device=ctx.device)
+        self._stm_bound = 0   # host-side upper bound of stm_n: read stm_n only when a sleep may be due
+
+    # -------------------------------------------------------------- construction
+
+    def _setup(self, x: torch.Tensor) -> None:
+        """Expert 0 and the STM, sized from the first batch's image shape."""
+        self.in_shape = tuple(x.shape[1:])
+        self.experts.append(Expert(self.cfg, self.in_shape, self.ctx.n_classes, 0, frozen=True).to(self.ctx.device))
+        # a batch may overshoot the capacity by batch - 1 samples; one spare slot takes the samples not sent
+        slots = self.cfg["stm_capacity"] + self.cfg["batch"] + 1
+        self.stm_x = torch.zeros(slots, *self.in_shape, device=self.ctx.device)
+        self.stm_y = torch.zeros(slots, dtype=torch.long, device=self.ctx.device)
+
+    def _new_expert(self) -> Expert:
+        k = len(self.experts) - 1   # real experts so far
+        if k + 1 > self.cfg["max_experts"]:
+            raise RuntimeError(
+                f"CN-DPM would create expert {k + 1}, more than max_experts = {self.cfg['max_experts']}: new experts "
+                f"are too likely, so log_alpha = {self.cfg['log_alpha']} is too large for this benchmark's NLL scale "
+                "(lower log_alpha, or raise classifier_chill / max_experts)")
+        return Expert(self.cfg, self.in_shape, self.ctx.n_classes, max(k, 0)).to(self.ctx.device)
+
+    @property
+    def n_experts(self) -> int:
+        return max(len(self.experts) - 1, 0)
+
+    # -------------------------------------------------------------- likelihoods
+
+    def collect(self, x: torch.Tensor, experts: list[Expert]):
+        """VAE NLL [B, len(experts)] and log p(y | x) [B, len(experts), C] of the given experts, in order;
+        `experts` is expert 0 and/or a prefix of the real experts (each reads the previous one's features)."""
+        nlls, logps = [], []
+        prev_g = prev_d = None
+        for e in experts:
+            nll, feats_g = vae_nll(e.g, x, None if e is self.experts[0] else prev_g, self.cfg["z_samples"])
+            logp, feats_d = e.d(x, None if e is self.experts[0] else prev_d)
+            if e is not self.experts[0]:
+                prev_g, prev_d = feats_g, feats_d
+            nlls.append(nll)
+            logps.append(logp)
+        return torch.stack(nlls, 1), torch.stack(logps, 1)
+
+    # -------------------------------------------------------------- wake
+
+    def observe(self, x, y, x_raw):
+        if not self.experts:
+            self._setup(x)
+        cfg = self.cfg
+        experts = list(self.experts)
+        vae, logp = self.collect(x, experts)                                    # [B, 1+K], [B, 1+K, C]
+        cls = chilled_nll(logp.flatten(0, 1), y.repeat_interleave(len(experts)),
+                          cfg["classifier_chill"]).view(len(y), len(experts))
+        nll = vae + cls
+        with torch.no_grad():
+            nl_joint = nll - self.log_counts
+            to_stm = nl_joint.argmin(1) == 0
+            resp = torch.exp(nl_joint.min(1, keepdim=True).values - nl_joint)
+            resp[:, 0] = 0
+            resp = resp / (resp.sum(1, keepdim=True) + 1e-7)
+            usage = resp.sum(0)
+            self.log_counts = torch.logaddexp(self.log_counts, usage.log())   # N_k += usage (N_0: + 0)
+        loss = (nll * resp * (~to_stm).unsqueeze(1)).sum()
+        if len(experts) > 1:
+            for e in experts[1:]:
+                e.opt_g.zero_grad()
+                e.opt_d.zero_grad()
+            loss.backward()
+            for k, e in enumerate(experts[1:], start=1):
+                stepped = usage[k] > cfg["update_min_usage"]
+                e.opt_g.step(cfg["clip"], stepped)
+                e.opt_d.step(cfg["clip"], stepped)
+        self._to_stm(x, y, to_stm)
+        return loss.detach()
+
+    def _to_stm(self, x, y, to_stm) -> None:
+        """Append the STM-bound samples without a host sync: each goes to slot stm_n + its rank among them, the
+        others to the spare last slot (overwritten, never read); sleep once the STM holds stm_capacity samples."""
+        spare = len(self.stm_y) - 1
+        slot = torch.where(to_stm, self.stm_n + to_stm.long().cumsum(0) - 1, spare)
+        self.stm_x.index_copy_(0, slot, x)
+        self.stm_y.index_copy_(0, slot, y)
+        self.stm_n += to_stm.sum()
+        self._stm_bound += len(y)
+        if self._stm_bound >= self.cfg["stm_capacity"]:
+            n = int(self.stm_n)   # the only host sync, and only when a sleep may be due
+            self._stm_bound = n
+            if n >= self.cfg["stm_capacity"]:
+                self.sleep(n)
+
+    # -------------------------------------------------------------- sleep
+
+    def sleep(self, n: int) -> None:
+        """Train a new expert on the n STM samples (VAE, then classifier), register it with N = n + 1, empty the STM."""
+        cfg = self.cfg
+        x, y = self.stm_x[:n].clone(), self.stm_y[:n].clone()
+        expert = self._new_expert()
+        earlier = list(self.experts)[1:]
+        with torch.no_grad():   # the earlier experts are frozen during sleep: their features of the STM once
+            feats_g, feats_d = self._features(x, earlier)
+        for steps, opt, part in ((cfg["sleep_steps_vae"], expert.opt_g, "g"), (cfg["sleep_steps_cls"], expert.opt_d, "d")):
+            params = list(getattr(expert, part).parameters())
+            for _ in range(steps):
+                idx = torch.randint(0, n, (cfg["sleep_batch"],), device=x.device)
+                xb, yb = x[idx], y[idx]
+                if part == "g":
+                    loss = vae_nll(expert.g, xb, _take(feats_g, idx), cfg["z_samples"])[0].mean()
+                else:
+                    loss = F.nll_loss(expert.d(xb, _take(feats_d, idx))[0], yb)
+                opt.zero_grad()
+                loss.backward()
+                # the explicit L2 term wd * sum ||theta||^2 of the loss, added as its gradient 2 wd theta
+                torch._foreach_add_([p.grad for p in params], params, alpha=2 * cfg["weight_decay"])
+                opt.step(cfg["clip"])
+        expert.opt_g.lr.mul_(cfg["lr_decay"])
+        expert.opt_d.lr.mul_(cfg["lr_decay"])
+        self.experts.append(expert)
+        self.log_counts = torch.cat([self.log_counts, self.log_counts.new_tensor([math.log(n + 1)])])
+        self.stm_n.zero_()
+        self._stm_bound = 0
+
+    def _features(self, x, earlier: list[Expert], chunk: int = 256):
+        """The last earlier expert's detached concatenated features (VAE encoder, classifier) of x, or None."""
+        if not earlier:
+            return None, None
+        out_g, out_d = [], []
+        for lo in range(0, len(x), chunk):
+            xb, prev_g, prev_d = x[lo:lo + chunk], None, None
+            for e in earlier:
+                prev_g = e.g.encode(xb, prev_g)[2]
+                prev_d = e.d(xb, prev_d)[1]
+            out_g.append(prev_g)
+            out_d.append(prev_d)
+        return [torch.cat(f) for f in zip(*out_g)], [torch.cat(f) for f in zip(*out_d)]
+
+    # -------------------------------------------------------------- test time
+
+    @torch.no_grad()
+    def predict(self, x, chunk: int = 256):
+        """log p(x, y = c) of the mixture over the existing experts (expert 0 excluded), unchilled classifiers."""
+        if self.n_experts == 0:
+            return torch.zeros(len(x), self.ctx.n_classes, device=x.device)
+        log_prior = torch.log_softmax(self.log_counts[1:], 0)
+        out = []
+        for lo in range(0, len(x), chunk):
+            vae, logp = self.collect(x[lo:lo + chunk], list(self.experts)[1:])
+            out.append(torch.logsumexp(log_prior[None, :, None] - vae.unsqueeze(2) + logp, 1))
+        return torch.cat(out)
+
+    def extra_metrics(self) -> dict:
+        return {"experts": self.n_experts}
+
+    # -------------------------------------------------------------- checkpoints
+
+    def load_state_dict(self, state: dict) -> None:
+        """Rebuild as many experts as the saved state holds, then restore every tensor (and the Adam states)."""
+        n = len({key.split(".")[0] for key in state["experts"]})
+        if n and not self.experts:
+            self._setup(state["stm_x"][:1].to(self.ctx.device))
+        while len(self.experts) < n:
+            self.experts.append(self._new_expert())
+        super().load_state_dict(state)
+        self._stm_bound = int(self.stm_n)
+
+
+def _take(feats, idx):
+    return None if feats is None else [f[idx] for f in feats]
