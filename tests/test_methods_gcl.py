@@ -13,18 +13,20 @@ from gcl.methods import METHODS, MethodContext
 from gcl.methods.agem import project
 from gcl.methods.der import der_loss
 from gcl.methods.gss import GSSBuffer, gradient_cosines
+from gcl.settings import defaults
 from gcl.train import run_seed
 from tests.conftest import synthetic_source
 
 CPU = torch.device("cpu")
 
 
-def make_method(name: str, seed: int = 0, n_classes: int = 10, **cfg):
+def make_method(name: str, seed: int = 0, n_classes: int = 10, train_transform=to_unit_float, plain_transform=None,
+                **cfg):
     torch.manual_seed(seed)
     net = MLP((1, 28, 28), n_classes)
-    ctx = MethodContext(device=CPU, n_classes=n_classes, train_transform=to_unit_float,
-                        generator=torch.Generator().manual_seed(seed))
-    return METHODS[name](net, cfg, ctx)
+    ctx = MethodContext(device=CPU, n_classes=n_classes, train_transform=train_transform,
+                        generator=torch.Generator().manual_seed(seed), plain_transform=plain_transform)
+    return METHODS[name](net, {**defaults(METHODS[name].Settings), **cfg}, ctx)
 
 
 def digits(label: int, n: int, offset: int = 0):
@@ -152,6 +154,45 @@ def test_agem_observe_steps_along_the_projected_gradient():
     after = torch.cat([p.detach().reshape(-1) for p in params])
     assert torch.allclose(after, before - 0.1 * g_proj, atol=1e-6)
     assert torch.dot(g_proj, g_ref) >= -1e-5 * g_ref.norm() ** 2
+
+
+def _inputs_seen(m) -> list[torch.Tensor]:
+    """What the network is given: every forward (A-GEM), or the images whose gradients GSS scores (its
+    per-sample gradients run under vmap, where a hook cannot keep its input)."""
+    seen = []
+    if hasattr(m, "per_sample_grads"):
+        original = m.per_sample_grads
+        m.per_sample_grads = lambda x, y: (seen.append(x.detach().clone()), original(x, y))[1]
+    else:
+        m.net.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
+    return seen
+
+
+def shifted(x_raw):   # an "augmentation" that moves every pixel out of [0, 1], so its output is recognisable
+    return to_unit_float(x_raw) + 5.0
+
+
+@pytest.mark.parametrize("name, setting", [("agem", "reference_input"), ("gss", "score_input")])
+def test_reference_inputs_are_the_raw_buffer_images_under_the_reference_setting(name, setting):
+    """A-GEM's reference batch and GSS's scored images: [0, 1] pixels as stored, neither augmented nor
+    normalised (the reference framework); the other reading uses the (augmenting / normalising) transform."""
+    extra = {"gss_minibatch": 4} if name == "gss" else {}
+    for value, raw in (("raw", True), ("replay" if name == "agem" else "plain", False)):
+        m = make_method(name, buffer=20, lr=0.01, batch=4, replay_batch=4, train_transform=shifted,
+                        plain_transform=shifted, **{setting: value}, **extra)
+        for label in (0, 1):
+            x_raw, y = digits(label, 4)
+            m.observe(shifted(x_raw), y, x_raw)
+        seen = _inputs_seen(m)
+        x_raw, y = digits(2, 4)
+        m.observe(shifted(x_raw), y, x_raw)
+        buffered = {tuple(v.flatten().tolist()[:50]) for v in to_unit_float(m.buffer.get("examples")[0])}
+        in_unit_range = [x for x in seen if x.max() <= 1.0]
+        if raw:
+            assert in_unit_range and all(tuple(r.flatten().tolist()[:50]) in buffered | {
+                tuple(v.flatten().tolist()[:50]) for v in to_unit_float(x_raw)} for x in in_unit_range for r in x)
+        else:
+            assert not in_unit_range
 
 
 # --- GSS -------------------------------------------------------------------------------------------

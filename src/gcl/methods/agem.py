@@ -9,6 +9,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from typing import Literal
+
+from pydantic import Field
+
+from gcl.data.transforms import to_unit_float
 from gcl.methods.base import Method, ReplaySettings, register
 
 
@@ -24,12 +29,18 @@ def project(g: torch.Tensor, g_ref: torch.Tensor) -> torch.Tensor:
     return g - coef * g_ref
 
 
+class AGEMSettings(ReplaySettings):
+    reference_input: Literal["raw", "replay"] = Field(
+        "raw", description="raw: the reference batch as stored, pixels in [0, 1], neither augmented nor normalised "
+                           "(the reference framework's A-GEM-R); replay: augmented and normalised like other replays")
+
+
 @register
 class AGEM(Method):
     name = "agem"
     summary = "A-GEM (reservoir): project the gradient so the loss on a buffer batch does not increase"
     uses_buffer = True
-    Settings = ReplaySettings
+    Settings = AGEMSettings
 
     def _flat_grad(self, loss: torch.Tensor) -> torch.Tensor:
         return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, self.params)])
@@ -40,7 +51,11 @@ class AGEM(Method):
             self.sgd_step(loss)
         else:
             g = self._flat_grad(loss)
-            buf_x, buf_y = self.replay_batch(self.cfg["replay_batch"], "labels")
+            if self.cfg["reference_input"] == "raw":
+                buf_raw, buf_y = self.buffer.sample(self.cfg["replay_batch"], "examples", "labels")
+                buf_x = to_unit_float(buf_raw)
+            else:
+                buf_x, buf_y = self.replay_batch(self.cfg["replay_batch"], "labels")
             g_ref = self._flat_grad(F.cross_entropy(self.net(buf_x), buf_y))
             # write the projected gradient back into .grad, parameter by parameter, and step
             for p, gp in zip(self.params, torch.split(project(g, g_ref), [p.numel() for p in self.params])):

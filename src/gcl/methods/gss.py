@@ -15,13 +15,15 @@ The method is never told of a task boundary; its buffer stays at capacity once f
 """
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch.func import functional_call, grad, vmap
 
 from gcl.buffer import ReservoirBuffer
-from pydantic import Field
-
+from gcl.data.transforms import to_unit_float
 from gcl.methods.base import Method, ReplaySettings, register
 
 EMPTY_BUFFER_SCORE = 0.1   # the reference's score for samples that arrive while the buffer is empty
@@ -103,6 +105,9 @@ class GSSBuffer(ReservoirBuffer):
 
 
 class GSSSettings(ReplaySettings):
+    score_input: Literal["raw", "plain"] = Field(
+        "raw", description="images whose gradients are scored: raw ([0, 1] pixels, not normalised: the reference "
+                           "framework) or plain (normalised, not augmented)")
     gss_minibatch: int = Field(gt=0, description="buffer samples whose gradients score a newcomer")
     batch_num: int = Field(1, gt=0, description="SGD steps per stream batch, each with a fresh buffer batch")
 
@@ -117,7 +122,8 @@ class GSS(Method):
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)
         self.buffer = GSSBuffer(cfg["buffer"], ctx.device, ctx.generator)
-        self.plain = ctx.plain_transform or ctx.train_transform
+        # the scored images are never augmented; the reference scores them un-normalised as well
+        self.plain = to_unit_float if cfg["score_input"] == "raw" else (ctx.plain_transform or ctx.train_transform)
 
         def sample_loss(params, x, y):
             return F.cross_entropy(functional_call(net, params, (x[None],)), y[None])
