@@ -221,6 +221,18 @@ def test_metrics_hold_the_main_method_and_the_best_baseline_per_buffer(resolved)
     assert "train_seconds" in Path("results/summary.csv").read_text().splitlines()[0]   # timings stay per run
 
 
+def test_a_method_without_memory_competes_at_every_buffer(resolved):
+    add(resolved, "seq-cifar10", "coca", 500, [50.0, 52.0], task_il=90.0)
+    add(resolved, "seq-cifar10", "er", 500, [45.0, 45.0], task_il=88.0)
+    add(resolved, "seq-cifar10", "lwf", "none", [47.0, 47.0], task_il=70.0)
+    write_report(resolved, "results", PAPER)
+    best = json.loads(Path("results/metrics.json").read_text())["seq-cifar10"]["500"]["best_baseline"]
+    assert best == {"method": "lwf", "class_il": 47.0, "task_il": 70.0}
+    head = table(section(tables_md(), "## Headline: coca against the best baseline (Class-IL)"))
+    assert head["seq-cifar10"]["best baseline"] == "lwf (no buffer)"
+    assert head["seq-cifar10"]["baseline paper"] == "19.61"             # the paper's LwF, no buffer
+
+
 def test_headline_is_the_top_of_tables_md(resolved):
     write_report(resolved, "results", PAPER)
     headings = [ln for ln in tables_md().splitlines() if ln.startswith("## ")]

@@ -235,28 +235,30 @@ def method_metrics_table(summary: pd.DataFrame, display: Display) -> str | None:
 
 def headline(summary: pd.DataFrame, paper: pd.DataFrame, display: Display) -> list[dict]:
     """Per benchmark and buffer of the main method: its Class-IL (and Task-IL) and those of the best baseline
-    (the method with the highest mean Class-IL at that buffer, variants of the main method and
-    headline.exclude left out), with the paper's numbers."""
+    (the method with the highest mean Class-IL at that buffer or without a buffer, variants of the main
+    method and headline.exclude left out), with the paper's numbers. A method runs at one buffer or none,
+    so (benchmark, method) picks one row among those."""
     h = display.settings.headline
     main_alg = display.algorithm_of(h.method)
     out = []
     cls, task = stats(summary, "class_il"), stats(summary, "task_il")
     for bench in dict.fromkeys(summary.benchmark):
         for b in sorted(set(cls[(cls.benchmark == bench) & (cls.method == h.method)].buffer), key=buffer_key):
-            at = cls[(cls.benchmark == bench) & (cls.buffer == b)]
+            at = cls[(cls.benchmark == bench) & (cls.buffer.isin([b, "none"]))]   # methods without memory compete too
             base = at[~at.method.isin(h.exclude) & (at.method.map(display.algorithm_of) != main_alg)]
             entry = {"benchmark": bench, "buffer": b}
             for role, method in (("main", h.method), ("baseline", base.loc[base["mean"].idxmax(), "method"] if len(base) else None)):
                 if method is None:
                     continue
                 ref_table, row = display.paper_row(method)
-                t = task[(task.benchmark == bench) & (task.buffer == b) & (task.method == method)]["mean"]
-                entry[role] = {"method": method, "label": display.label(method),
+                own = at[at.method == method].buffer.iloc[0]           # b, or "none"
+                t = task[(task.benchmark == bench) & (task.buffer.isin([b, "none"])) & (task.method == method)]["mean"]
+                entry[role] = {"method": method, "label": display.label(method) + (" (no buffer)" if own != b else ""),
                                "class_il": float(at[at.method == method]["mean"].iloc[0]),
                                "class_il_std": float(at[at.method == method]["std"].iloc[0]),
                                "task_il": float(t.iloc[0]) if len(t) and pd.notna(t.iloc[0]) else None,
-                               "paper_class_il": paper_value(paper, ref_table or h.paper_table, "class_il", bench, row, b),
-                               "paper_task_il": paper_value(paper, ref_table or h.task_paper_table, "task_il", bench, row, b)}
+                               "paper_class_il": paper_value(paper, ref_table or h.paper_table, "class_il", bench, row, own),
+                               "paper_task_il": paper_value(paper, ref_table or h.task_paper_table, "task_il", bench, row, own)}
             out.append(entry)
     return out
 
@@ -311,7 +313,7 @@ def render_tables(resolved: dict, settings: ReportSettings, summary: pd.DataFram
     if head:
         main = display.label(settings.headline.method)
         out.write(f"## Headline: {main} against the best baseline (Class-IL)\n\n"
-                  f"Best baseline: the method with the highest mean Class-IL at that buffer, {main}'s own "
+                  f"Best baseline: the method with the highest mean Class-IL at that buffer (or without a buffer), {main}'s own "
                   f"variants and {', '.join(settings.headline.exclude) or 'none'} left out.\n\n")
         out.write(headline_table(head) + "\n\n")
     benchmarks = [b for b in resolved["benchmarks"] if b in set(summary.benchmark)]
