@@ -63,8 +63,8 @@ def test_curve_figure_panels_and_lines(tmp_path, monkeypatch):
     figures.plot_curves(resolved, settings, Display(resolved, settings), cells, tmp_path)
     axes = captured["axes"]
     assert len(axes) == 4
-    assert [ax.get_title() for ax in axes] == ["other methods (1), B=200", "other methods (2), B=200",
-                                               "other methods (1), B=1000", "other methods (2), B=1000"]
+    assert [ax.get_title() for ax in axes] == ["methods (1), B=200", "methods (2), B=200",
+                                               "methods (1), B=1000", "methods (2), B=1000"]
     assert max(len(ax.get_lines()) for ax in axes) <= MAX_LINES
     sgd = [line for ax in axes for line in ax.get_lines() if line.get_label() == "sgd (no buffer)"]
     assert len(sgd) == 2 and all(line.get_linestyle() == "--" for line in sgd)

@@ -126,8 +126,9 @@ def panels(groups: dict[str, list[str]], ordered: list[str]) -> list[tuple[str, 
     out = kept
     rest = [m for m in ordered if m not in grouped]
     chunks = [rest[i:i + MAX_LINES] for i in range(0, len(rest), MAX_LINES)]
+    name = "other methods" if out else "methods"
     for i, chunk in enumerate(chunks):
-        out.append(("other methods" + (f" ({i + 1})" if len(chunks) > 1 else ""), chunk))
+        out.append((name + (f" ({i + 1})" if len(chunks) > 1 else ""), chunk))
     return out
 
 
