@@ -314,7 +314,7 @@ def render_tables(resolved: dict, settings: ReportSettings, summary: pd.DataFram
         main = display.label(settings.headline.method)
         out.write(f"## Headline: {main} against the best baseline (Class-IL)\n\n"
                   f"Best baseline: the method with the highest mean Class-IL at that buffer (or without a buffer), {main}'s own "
-                  f"variants and {', '.join(settings.headline.exclude) or 'none'} left out.\n\n")
+                  f"variants and {', '.join(map(display.label, settings.headline.exclude)) or 'none'} left out.\n\n")
         out.write(headline_table(head) + "\n\n")
     benchmarks = [b for b in resolved["benchmarks"] if b in set(summary.benchmark)]
     out.write("Data:\n\n")
