@@ -124,3 +124,14 @@ def test_a_failing_figure_does_not_cost_the_report(tmp_path, monkeypatch):
     warnings = write_report(resolved_for([c], report={"figures": True}), "results", PAPER)
     assert warnings == ["figure curves skipped: ValueError: boom"]
     assert Path("results/tables.md").exists() and Path("results/plots/curves/b/er_200.csv").exists()
+
+
+def test_a_panel_adding_nothing_at_a_buffer_is_left_out():
+    """A sweep run at buffer 500 only: at 200 its panel would repeat CoCa alone, so it is left out there."""
+    mine = [cell(m, b) for m in ("coca", "er") for b in ("200", "500")] + [cell("coca-w05", "500"), cell("sgd", "none")]
+    groups = [("main", ["sgd", "er", "coca"]), ("sweep", ["coca", "coca-w05"])]
+    layout = figures.curve_layout(groups, mine, ["200", "500"])
+    assert [[(b, t, [m for m, _ in lines]) for b, t, lines in row] for row in layout] == [
+        [("200", "main", ["sgd", "er", "coca"])],
+        [("500", "main", ["sgd", "er", "coca"]), ("500", "sweep", ["coca", "coca-w05"])]]
+    assert layout[0][0][2][0][1]["buffer"] == "none"                  # SGD drawn from its bufferless run

@@ -132,8 +132,33 @@ def panels(groups: dict[str, list[str]], ordered: list[str]) -> list[tuple[str, 
     return out
 
 
+MAX_COLUMNS = 4   # panels a figure row holds; a buffer with more panels wraps onto the next row
+
+
+def curve_layout(groups: list[tuple[str, list[str]]], mine: list[dict], buffers: list[str]) -> list[list[tuple]]:
+    """Figure rows of panels (buffer, title, [(method, cell)]): per buffer, each group's methods that ran at
+    that buffer or without one; a panel whose methods an earlier panel of that buffer drew already is left
+    out (e.g. a sweep run at one buffer only), and a buffer's panels wrap after MAX_COLUMNS."""
+    rows = []
+    for b in buffers:
+        drawn, row = set(), []
+        for title, methods in groups:
+            lines = []
+            for m in methods:
+                cell = next((c for c in mine if c["method"] == m and str(c["buffer"]) == b), None) \
+                    or next((c for c in mine if c["method"] == m and str(c["buffer"]) == "none"), None)
+                if cell is not None:
+                    lines.append((m, cell))
+            if lines and not {m for m, _ in lines} <= drawn:
+                row.append((b, title, lines))
+                drawn |= {m for m, _ in lines}
+        rows += [row[i:i + MAX_COLUMNS] for i in range(0, len(row), MAX_COLUMNS)]
+    return rows
+
+
 def plot_curves(resolved: dict, settings, display, cells: list[dict], out_dir: Path) -> list[Path]:
-    """One figure per benchmark: rows = buffers, columns = method groups, at most MAX_LINES lines a panel."""
+    """One figure per benchmark: a row of panels per buffer, one panel per method group, at most MAX_LINES
+    lines a panel; methods without a buffer (dashed; JOINT's final accuracy dotted) in every row."""
     from matplotlib.ticker import MaxNLocator
 
     from gcl.report import buffer_key
@@ -144,20 +169,21 @@ def plot_curves(resolved: dict, settings, display, cells: list[dict], out_dir: P
         mine = [c for c in cells if c["benchmark"] == bench]
         groups = panels(settings.curves.groups, display.sort({c["method"] for c in mine}))
         buffers = sorted({str(c["buffer"]) for c in mine if str(c["buffer"]) != "none"}, key=buffer_key) or ["none"]
-        fig, axes = plt.subplots(len(buffers), len(groups), figsize=(4.6 * len(groups), 3.2 * len(buffers)),
+        layout = curve_layout(groups, mine, buffers)
+        ncols = max(len(row) for row in layout)
+        fig, axes = plt.subplots(len(layout), ncols, figsize=(4.6 * ncols, 3.2 * len(layout)),
                                  squeeze=False, sharey=True)
         colours = plt.get_cmap("tab10")
-        for r, b in enumerate(buffers):
-            for k, (title, methods) in enumerate(groups):
+        for r, row in enumerate(layout):
+            for ax in axes[r][len(row):]:
+                ax.axis("off")
+            for k, (b, title, lines) in enumerate(row):
                 ax = axes[r][k]
-                for i, m in enumerate(methods):
-                    cell = next((c for c in mine if c["method"] == m and str(c["buffer"]) == b), None) \
-                        or next((c for c in mine if c["method"] == m and str(c["buffer"]) == "none"), None)
-                    if cell is None:
-                        continue
+                for i, (m, cell) in enumerate(lines):
                     curve = mean_curve(cell, tasks)
-                    style = "-" if str(cell["buffer"]) == b and b != "none" else "--"
-                    name = display.label(m) + ("" if str(cell["buffer"]) == b else " (no buffer)")
+                    own = str(cell["buffer"]) == b
+                    style = "-" if own and b != "none" else "--"
+                    name = display.label(m) + ("" if own else " (no buffer)")
                     if len(curve) == 1:        # offline (JOINT): only the final accuracy
                         ax.axhline(curve[0], color=colours(i % 10), linestyle=":", label=f"{name}, final")
                     else:
