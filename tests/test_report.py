@@ -273,12 +273,18 @@ def test_outputs_are_written_only_when_all_succeed(resolved, monkeypatch):
     before = {p: p.read_bytes() for p in Path("results").rglob("*") if p.is_file()}
     fake_run("mnist-360", "er", 200, [10.0, 10.0])            # new numbers ...
     import gcl.report
+    render_tables = gcl.report.render_tables
     monkeypatch.setattr(gcl.report, "render_tables", lambda *a, **k: 1 / 0)   # ... and the last output fails
     with pytest.raises(ZeroDivisionError):
         write_report(resolved, "results", PAPER)
     after = {p: p.read_bytes() for p in Path("results").rglob("*") if p.is_file()}
     assert after == before                                     # metrics.json, summary.csv, plots untouched
     assert sorted(os.listdir(".")) == ["results", "runs"]      # no temporary folder left
+    assert sorted(os.listdir("results")) == ["figures", "metrics.json", "plots", "summary.csv", "tables.md"]
+    Path("results/.report.x1.tmp").mkdir()                      # left by a killed report: removed by the next
+    monkeypatch.setattr(gcl.report, "render_tables", render_tables)
+    write_report(resolved, "results", PAPER)
+    assert not Path("results/.report.x1.tmp").exists()
 
 
 def test_stale_run_folders_are_named_and_ignored(resolved):

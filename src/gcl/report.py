@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from gcl.atomic import remove_stale_temporaries
 from gcl.config import ReportSettings
 from gcl.layout import run_dir
 
@@ -366,8 +367,9 @@ def write_report(resolved: dict, out_dir: str | Path, paper_csvs: list[str | Pat
     warnings: list[str] = []
     for folder in stale_runs(resolved):
         warn(f"stale: {folder} is not a run of params.yaml; delete it", warnings)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    build = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(out_dir)             # what a killed report left
+    build = Path(tempfile.mkdtemp(prefix=".report.", suffix=".tmp", dir=out_dir))
     try:
         (build / "figures").mkdir()
         (build / "plots").mkdir()
@@ -378,7 +380,6 @@ def write_report(resolved: dict, out_dir: str | Path, paper_csvs: list[str | Pat
         summary.to_csv(build / "summary.csv", index=False)
         (build / "metrics.json").write_text(json.dumps(headline_metrics(head), indent=2, allow_nan=False) + "\n")
         (build / "tables.md").write_text(render_tables(resolved, settings, summary, paper, head, warnings))
-        out_dir.mkdir(parents=True, exist_ok=True)
         for name in OUTPUTS:
             dest = out_dir / name
             if dest.is_dir():
