@@ -1,5 +1,7 @@
-"""The report reads exactly the cells params.yaml lists and puts each beside the right paper row."""
+"""The report reads exactly the runs params.yaml lists, puts each beside the paper row its settings name,
+and writes all of its outputs or none. Metrics files are fabricated in tmp_path."""
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -9,109 +11,327 @@ from gcl.report import ReportError, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = [ROOT / "reference/paper_results.csv", ROOT / "reference/der_paper_results.csv"]
+ABLATION = ["coca-off", "coca-ckd", "coca-pt", "coca-scl", "coca-pt-scl", "coca-ckd-pt", "coca-ckd-scl"]
 
 
-def fake_cell(benchmark, method, buffer, accs, task_il=None):
-    seeds = {str(i): {"class_il": a, "task_il": task_il, "forgetting": 1.0, "train_seconds": 2.0,
-                      "samples_per_second": 100.0, "curve": [a / 2, a], "confusion": [[1, 0], [0, 1]]}
-             for i, a in enumerate(accs)}
+def fake_run(benchmark, method, buffer, accs, task_il=None, acc_matrix=None, extra=None):
+    seeds = {}
+    for i, a in enumerate(accs):
+        seeds[str(i)] = {"class_il": a, "task_il": task_il, "forgetting": 1.0, "train_seconds": 2.0,
+                         "samples_per_second": 100.0, "curve": [a / 2, a], "acc_matrix": acc_matrix,
+                         "confusion": [[3, 1], [0, 2]], **({"method_metrics": extra} if extra else {})}
     write_json(Path("runs", benchmark, method, str(buffer), "metrics.json"),
                {"benchmark": benchmark, "method": method, "buffer": buffer, "device": "cpu", "seeds": seeds})
 
 
+def add(resolved, benchmark, method, buffer, accs, algorithm=None, **kw):
+    resolved["runs"][f"{benchmark}-{method}-{buffer}"] = {"benchmark": benchmark, "method": method, "buffer": buffer,
+                                                          "algorithm": algorithm or method, "lr": 0.1}
+    resolved["methods"].setdefault(method, {"algorithm": algorithm or method, "label": None, "paper_row": None})
+    fake_run(benchmark, method, buffer, accs, **kw)
+
+
+REPORT = {  # what a profile's report block says (here: the default profile's mappings, abridged)
+    "figures": False,
+    "methods": {"der": {"label": "DER", "paper_table": "der_paper",
+                        "notes": [{"text": "plain DER as the DER paper reports it."}]},
+                "derpp": {"label": "DER++", "paper_row": "der",
+                          "notes": [{"text": "the CoCa paper's DER row = the DER paper's DER++.",
+                                     "benchmarks": ["mnist-360", "seq-cifar10", "seq-tinyimg"]}]},
+                "coca-off": {"label": "ER (all off)", "paper_row": "er"},
+                "coca-ckd": {"label": "CKD", "paper_row": "coca[ckd]"},
+                "coca-scl": {"label": "SCL", "paper_row": "coca[scl]"},
+                "coca-ckd-scl": {"label": "CKD+SCL", "paper_row": "coca[ckd+scl]"}},
+    "tables": [{"title": "Table 1: Class-IL", "paper_table": "table1_gcl", "exclude": ABLATION},
+               {"title": "Table 2: Task-IL", "metric": "task_il", "paper_table": "table2_task_il", "exclude": ABLATION},
+               {"title": "Table 3: ablation", "paper_table": "table3_ablation", "rows": ABLATION + ["coca"],
+                "labels": {"coca": "CKD+PT+SCL (CoCa)"}, "stand_in": {"coca-off": "er"}}],
+}
+
+
 @pytest.fixture
-def params(tmp_path, monkeypatch):
+def resolved(tmp_path, monkeypatch):
+    """A resolved report (what check@runs writes to resolved/runs/report.json) and its runs on disk."""
     monkeypatch.chdir(tmp_path)
-    p = {"seeds": [0, 1], "device": "cpu", "sources": {"mnist-bundled": {}},
-         "benchmarks": {"mnist-360": {"kind": "mnist-360", "source": "mnist-bundled", "backbone": "mlp",
-                                      "epochs": 1, "label": "bundled digits"}},
-         "methods": {"er": {}, "sgd": {}, "coca": {"base": "er"}, "coca-ckd": {"base": "er"}},
-         "runs": {}, "report": {"figures": False}}
-    for method, buffer, accs in (("sgd", "none", [20.0, 22.0]), ("er", 200, [50.0, 52.0]),
-                                 ("coca", 200, [60.0, 64.0]), ("coca-ckd", 200, [55.0, 55.0])):
-        extra = {"replay_batch": 8} if buffer != "none" else {}
-        p["runs"][f"{method}-{buffer}"] = {"benchmark": "mnist-360", "method": method, "buffer": buffer,
-                                           "lr": 0.1, "batch": 4, **extra}
-        fake_cell("mnist-360", method, buffer, accs)
-    return p
+    r = {"seeds": [0, 1],
+         "benchmarks": {"mnist-360": {"label": "bundled digits", "source": "mnist-bundled", "kind": "mnist-360",
+                                      "has_tasks": False},
+                        "seq-cifar10": {"label": "Seq-CIFAR-10", "source": "cifar10", "kind": "sequential",
+                                        "has_tasks": True}},
+         "methods": {}, "runs": {}, "report": json.loads(json.dumps(REPORT))}
+    add(r, "mnist-360", "sgd", "none", [20.0, 22.0])
+    add(r, "mnist-360", "er", 200, [50.0, 52.0])
+    add(r, "mnist-360", "coca", 200, [60.0, 64.0])
+    add(r, "mnist-360", "coca-ckd", 200, [55.0, 55.0], algorithm="coca")
+    return r
 
 
-def test_tables_put_our_mean_std_beside_the_paper(params):
-    write_report(params, "results", PAPER)
-    tables = Path("results/tables.md").read_text()
-    er_row = next(line for line in tables.splitlines() if line.startswith("| er "))
-    assert "51.00 ± 1.41" in er_row and "49.27" in er_row            # ours beside the paper's ER-200
-    assert "bundled digits" in tables
-    table1, ablation = tables.split("## Table 1")[1].split("## Table 3")
-    assert "| coca " in table1 and "coca-ckd" not in table1          # partial configurations: Table 3 only
-    assert "| CKD " in ablation and "56.71" in ablation and "55.00 ± 0.00" in ablation
-    assert "| CKD+PT+SCL (CoCa) " in ablation and "67.02" in ablation and "62.00 ± 2.83" in ablation
-    assert "Table 2" not in tables                                    # no tasks: no Task-IL table
+def section(text: str, heading: str) -> str:
+    """The text under a markdown heading, up to the next heading of the same or a higher level."""
+    level = heading.split(" ")[0]
+    start = text.index(heading + "\n") + len(heading) + 1
+    ends = [i for i in (text.find("\n" + "#" * n + " ", start) for n in range(1, len(level) + 1)) if i >= 0]
+    return text[start:min(ends) if ends else len(text)]
 
 
-def test_ablation_baseline_is_coca_with_every_switch_off_where_it_ran(params):
-    """Table 3's first row: the all-off configuration at CoCa's own settings when it was run (ER's
-    published settings can differ), ER's row otherwise; either way beside the paper's ER."""
-    params["methods"]["coca-off"] = {"base": "er"}
-    params["runs"]["coca-off-200"] = {"benchmark": "mnist-360", "method": "coca-off", "buffer": 200,
-                                      "lr": 0.1, "batch": 4, "replay_batch": 8}
-    fake_cell("mnist-360", "coca-off", 200, [47.0, 49.0])
-    write_report(params, "results", PAPER)
-    table1, ablation = Path("results/tables.md").read_text().split("## Table 1")[1].split("## Table 3")
-    first = next(line for line in ablation.splitlines() if line.startswith("| ER"))
-    assert first.startswith("| ER (all off)") and "48.00 ± 1.41" in first and "49.27" in first
-    assert "coca-off" not in table1
+def table(text: str) -> dict[str, dict[str, str]]:
+    """The first markdown table in `text`: {first cell: {column header: cell}}."""
+    lines = [ln for ln in text.splitlines() if ln.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = {}
+    for ln in lines[2:]:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        rows[cells[0]] = dict(zip(header, cells))
+    return rows
 
 
-def test_summary_and_headline(params):
-    write_report(params, "results", PAPER)
-    rows = Path("results/summary.csv").read_text().strip().splitlines()
-    assert len(rows) == 1 + 4 * 2
-    headline = json.loads(Path("results/metrics.json").read_text())
-    assert headline["class_il"]["mnist-360"]["coca"]["200"] == 62.0
-    assert headline["train_seconds_total"] == 16.0
+def tables_md() -> str:
+    return Path("results/tables.md").read_text()
 
 
-def test_stale_cells_on_disk_are_ignored(params):
-    fake_cell("mnist-360", "er", 500, [99.0])        # a cell no longer in params.yaml
-    write_report(params, "results", PAPER)
-    assert "99.00" not in Path("results/tables.md").read_text()
+# ---------------------------------------------------------------------------- item 1: nothing hard-coded
+
+def test_tables_put_our_mean_std_beside_the_paper(resolved):
+    write_report(resolved, "results", PAPER)
+    t1 = table(section(section(tables_md(), "## Table 1: Class-IL"), "### mnist-360"))
+    assert t1["er"]["B=200 ours"] == "51.00 ± 1.41" and t1["er"]["B=200 paper"] == "49.27"
+    assert t1["sgd"]["no buffer ours"] == "21.00 ± 1.41" and t1["sgd"]["no buffer paper"] == "19.02"
+    assert t1["coca"]["B=200 paper"] == "67.02"
+    assert "coca-ckd" not in t1 and "CKD" not in t1                       # Table 3's configuration: excluded
+    t3 = table(section(section(tables_md(), "## Table 3: ablation"), "### mnist-360"))
+    assert list(t3) == ["er", "CKD", "CKD+PT+SCL (CoCa)"]    # ER, named as itself, stands in for the all-off row
+    assert t3["er"]["B=200 ours"] == "51.00 ± 1.41" and t3["er"]["B=200 paper"] == "49.27"
+    assert t3["CKD"]["B=200 ours"] == "55.00 ± 0.00" and t3["CKD"]["B=200 paper"] == "56.71"
+    assert t3["CKD+PT+SCL (CoCa)"]["B=200 paper"] == "67.02"
+    assert "Table 2" not in tables_md()                                  # no tasks: no Task-IL table
+    assert "bundled digits" in tables_md()
 
 
-def test_der_rows_are_compared_with_the_right_paper_rows(params):
-    params["methods"].update({"der": {"base": "er"}, "derpp": {"base": "er"}})
-    for m, accs in (("der", [56.0, 56.0]), ("derpp", [57.0, 57.0])):
-        params["runs"][m] = {"benchmark": "mnist-360", "method": m, "buffer": 200, "lr": 0.1, "batch": 4,
-                             "replay_batch": 8}
-        fake_cell("mnist-360", m, 200, accs)
-    write_report(params, "results", PAPER)
-    tables = Path("results/tables.md").read_text()
-    der = next(line for line in tables.splitlines() if line.startswith("| der "))
-    derpp = next(line for line in tables.splitlines() if line.startswith("| derpp "))
-    assert "55.22" in der            # the DER paper's plain DER
-    assert "54.16" in derpp          # the CoCa paper's "DER" row = DER++
-    assert "DER++ numbers" in tables
+def test_rows_order_labels_and_paper_rows_come_from_the_report_block(resolved):
+    """A profile the report has never seen: its own names, order and paper rows, defaults elsewhere."""
+    add(resolved, "mnist-360", "mine", 200, [40.0, 40.0], algorithm="er")   # paper row defaults to its algorithm
+    add(resolved, "mnist-360", "coca-ckd-scl", 200, [70.0, 72.0], algorithm="coca")
+    resolved["report"]["order"] = ["coca", "mine", "er"]
+    resolved["report"]["methods"]["mine"] = {"label": "My ER"}
+    resolved["report"]["methods"]["sgd"] = {"paper_row": "-"}               # no paper row
+    resolved["report"]["tables"][0]["exclude"] = []
+    write_report(resolved, "results", PAPER)
+    t1 = table(section(section(tables_md(), "## Table 1: Class-IL"), "### mnist-360"))
+    assert list(t1)[:3] == ["coca", "My ER", "er"]                         # order, then the rest alphabetically
+    assert t1["My ER"]["B=200 ours"] == "40.00 ± 0.00" and t1["My ER"]["B=200 paper"] == "49.27"
+    assert t1["sgd"]["no buffer paper"] == "-"
+    assert t1["CKD+SCL"]["B=200 paper"] == "-"                             # coca[ckd+scl] is a Table 3 row only
+    t3 = table(section(section(tables_md(), "## Table 3: ablation"), "### mnist-360"))
+    assert t3["CKD+SCL"]["B=200 ours"] == "71.00 ± 1.41" and t3["CKD+SCL"]["B=200 paper"] == "66.46"
 
 
-def test_missing_cell_is_a_clear_error(params):
+def test_ablation_uses_the_all_off_configuration_where_it_ran(resolved):
+    add(resolved, "mnist-360", "coca-off", 200, [47.0, 49.0], algorithm="coca")
+    write_report(resolved, "results", PAPER)
+    t3 = table(section(section(tables_md(), "## Table 3: ablation"), "### mnist-360"))
+    assert t3["ER (all off)"]["B=200 ours"] == "48.00 ± 1.41" and t3["ER (all off)"]["B=200 paper"] == "49.27"
+
+
+def test_registered_label_and_paper_row_are_defaults(resolved):
+    add(resolved, "mnist-360", "derpp", 200, [57.0, 57.0])
+    resolved["report"]["methods"].pop("derpp")
+    resolved["methods"]["derpp"] = {"algorithm": "derpp", "label": "DER++ (registered)", "paper_row": "der"}
+    write_report(resolved, "results", PAPER)
+    t1 = table(section(section(tables_md(), "## Table 1: Class-IL"), "### mnist-360"))
+    assert t1["DER++ (registered)"]["B=200 paper"] == "54.16"
+
+
+# ---------------------------------------------------------------------------- item 2: defects
+
+def test_der_rows_are_compared_with_the_right_paper_rows_and_task_il_has_no_class_il_number(resolved):
+    for bench in ("mnist-360", "seq-cifar10"):
+        add(resolved, bench, "der", 200, [56.0, 56.0], task_il=90.0 if bench == "seq-cifar10" else None)
+        add(resolved, bench, "derpp", 200, [57.0, 57.0], task_il=91.0 if bench == "seq-cifar10" else None)
+    write_report(resolved, "results", PAPER)
+    text = tables_md()
+    t1 = table(section(section(text, "## Table 1: Class-IL"), "### mnist-360"))
+    assert t1["DER"]["B=200 paper"] == "55.22"          # the DER paper's plain DER
+    assert t1["DER++"]["B=200 paper"] == "54.16"        # the CoCa paper's "DER" row = DER++
+    t1c = table(section(section(text, "## Table 1: Class-IL"), "### seq-cifar10"))
+    assert t1c["DER"]["B=200 paper"] == "61.93"
+    t2 = table(section(section(text, "## Table 2: Task-IL"), "### seq-cifar10"))
+    assert t2["DER"]["B=200 ours"] == "90.00 ± 0.00"
+    assert t2["DER"]["B=200 paper"] == "-"             # the DER paper's file is Class-IL only
+    assert t2["DER++"]["B=200 paper"] == "91.92"
+
+
+def test_a_note_is_written_only_where_it_is_true(resolved):
+    resolved["benchmarks"]["seq-cifar100"] = {"label": "C100", "source": "cifar100", "kind": "sequential",
+                                              "has_tasks": True}
+    for bench in ("seq-cifar10", "seq-cifar100"):
+        add(resolved, bench, "derpp", 200, [57.0, 57.0], task_il=80.0)
+    write_report(resolved, "results", PAPER)
+    t1 = section(tables_md(), "## Table 1: Class-IL")
+    note = "DER++: the CoCa paper's DER row = the DER paper's DER++."
+    assert note in section(t1, "### seq-cifar10")
+    assert note not in section(t1, "### seq-cifar100")                   # the DER paper has no CIFAR-100
+    assert table(section(t1, "### seq-cifar100"))["DER++"]["B=200 paper"] == "18.66"
+    assert "plain DER" not in tables_md()                                # no DER row: no DER note
+
+
+def test_paper_numbers_print_with_two_decimals(resolved):
+    add(resolved, "mnist-360", "coca-scl", 500, [70.0, 70.0], algorithm="coca")
+    add(resolved, "mnist-360", "coca-ckd", 500, [60.0, 60.0], algorithm="coca")
+    write_report(resolved, "results", PAPER)
+    t3 = table(section(section(tables_md(), "## Table 3: ablation"), "### mnist-360"))
+    assert t3["SCL"]["B=500 paper"] == "66.90"                           # reference file: 66.9
+    assert t3["SCL"]["B=500 ours"] == "70.00 ± 0.00"
+
+
+def test_buffers_sort_numerically(resolved):
+    for b in (5120, 1000, 500):
+        add(resolved, "seq-cifar10", "er", b, [40.0, 40.0], task_il=80.0)
+    add(resolved, "seq-cifar10", "er", 200, [30.0, 30.0], task_il=70.0)
+    write_report(resolved, "results", PAPER)
+    t1 = table(section(section(tables_md(), "## Table 1: Class-IL"), "### seq-cifar10"))
+    assert [k for k in t1["er"] if k.endswith("ours")] == ["B=200 ours", "B=500 ours", "B=1000 ours", "B=5120 ours"]
+    assert t1["er"]["B=5120 paper"] == "82.47"
+    cost = table(section(tables_md(), "## Forgetting and cost per run"))   # keyed by benchmark: last row wins
+    lines = [ln for ln in section(tables_md(), "## Forgetting and cost per run").splitlines()
+             if ln.startswith("| seq-cifar10")]
+    assert [ln.split("|")[3].strip() for ln in lines] == ["200", "500", "1000", "5120"]
+    assert cost
+
+
+# ---------------------------------------------------------------------------- item 3: metrics.json
+
+def test_metrics_hold_the_main_method_and_the_best_baseline_per_buffer(resolved):
+    add(resolved, "mnist-360", "coca-g001", 200, [70.0, 70.0], algorithm="coca")   # a CoCa variant: no baseline
+    add(resolved, "mnist-360", "joint", "none", [90.0, 90.0])
+    add(resolved, "seq-cifar10", "coca", 500, [50.0, 52.0], task_il=90.0)
+    add(resolved, "seq-cifar10", "er", 500, [45.0, 45.0], task_il=88.0)
+    add(resolved, "seq-cifar10", "derpp", 500, [48.0, 48.0], task_il=89.5)
+    write_report(resolved, "results", PAPER)
+    metrics = json.loads(Path("results/metrics.json").read_text())
+    assert metrics == {"mnist-360": {"200": {"coca": {"class_il": 62.0},
+                                             "best_baseline": {"method": "er", "class_il": 51.0}}},
+                       "seq-cifar10": {"500": {"coca": {"class_il": 51.0, "task_il": 90.0},
+                                               "best_baseline": {"method": "derpp", "class_il": 48.0,
+                                                                 "task_il": 89.5}}}}
+    head = table(section(tables_md(), "## Headline: coca against the best baseline (Class-IL)"))
+    # keyed by benchmark
+    assert head["seq-cifar10"]["best baseline"] == "DER++" and head["seq-cifar10"]["baseline paper"] == "72.70"
+    assert head["seq-cifar10"]["coca ours"] == "51.00 ± 1.41" and head["seq-cifar10"]["coca paper"] == "76.27"
+    assert head["mnist-360"]["best baseline"] == "er" and head["mnist-360"]["baseline ours"] == "51.00 ± 1.41"
+    assert "train_seconds" in Path("results/summary.csv").read_text().splitlines()[0]   # timings stay per run
+
+
+def test_a_method_without_memory_competes_at_every_buffer(resolved):
+    add(resolved, "seq-cifar10", "coca", 500, [50.0, 52.0], task_il=90.0)
+    add(resolved, "seq-cifar10", "er", 500, [45.0, 45.0], task_il=88.0)
+    add(resolved, "seq-cifar10", "lwf", "none", [47.0, 47.0], task_il=70.0)
+    write_report(resolved, "results", PAPER)
+    best = json.loads(Path("results/metrics.json").read_text())["seq-cifar10"]["500"]["best_baseline"]
+    assert best == {"method": "lwf", "class_il": 47.0, "task_il": 70.0}
+    head = table(section(tables_md(), "## Headline: coca against the best baseline (Class-IL)"))
+    assert head["seq-cifar10"]["best baseline"] == "lwf (no buffer)"
+    assert head["seq-cifar10"]["baseline paper"] == "19.61"             # the paper's LwF, no buffer
+
+
+def test_headline_is_the_top_of_tables_md(resolved):
+    write_report(resolved, "results", PAPER)
+    headings = [ln for ln in tables_md().splitlines() if ln.startswith("## ")]
+    assert headings[0] == "## Headline: coca against the best baseline (Class-IL)"
+
+
+# ---------------------------------------------------------------------------- item 4: plot data
+
+def test_plot_data_curves_average_the_tasks_seen_so_far_and_confusions_list_each_image(resolved):
+    add(resolved, "seq-cifar10", "er", 200, [70.0, 70.0], task_il=90.0,
+        acc_matrix=[[90.0, 0.0, 0.0], [60.0, 80.0, 0.0], [50.0, 40.0, 90.0]])
+    resolved["report"]["visualise"] = {"benchmark": "mnist-360", "cells": ["er/200", "sgd/none"]}
+    write_report(resolved, "results", PAPER)
+    rows = Path("results/plots/curves/seq-cifar10/er_200.csv").read_text().split()
+    assert rows == ["evaluation,accuracy", "1,90.00", "2,70.00", "3,60.00"]   # not (90+0+0)/3 = 30
+    mnist = Path("results/plots/curves/mnist-360/er_200.csv").read_text().split()
+    assert mnist == ["evaluation,accuracy", "1,25.50", "2,51.00"]              # no tasks: the run's curve
+    conf = Path("results/plots/confusion/mnist-360/er_200.csv").read_text().split()
+    assert conf == ["actual,predicted", "0,0", "0,0", "0,0", "0,1", "1,1", "1,1"]   # [[3, 1], [0, 2]]
+    assert sorted(p.name for p in Path("results/plots/confusion/mnist-360").iterdir()) == ["er_200.csv", "sgd_none.csv"]
+
+
+def test_dvc_yaml_declares_the_plots_and_the_report_outputs():
+    import yaml
+    dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    outs = {next(iter(o)) if isinstance(o, dict) else o: o for o in dvc["stages"]["report"]["outs"]}
+    assert outs["results/plots"] == {"results/plots": {"cache": False}}
+    plots = {next(iter(p)): p[next(iter(p))] for p in dvc["plots"] if isinstance(p, dict)}
+    assert plots["results/plots/curves"]["x"] == "evaluation" and plots["results/plots/curves"]["y"] == "accuracy"
+    assert plots["results/plots/confusion"]["template"].startswith("confusion")
+    assert "results/metrics.json" in [next(iter(m)) for m in dvc["stages"]["report"]["metrics"]]
+
+
+# ---------------------------------------------------------------------------- item 5: all or nothing
+
+def test_outputs_are_written_only_when_all_succeed(resolved, monkeypatch):
+    write_report(resolved, "results", PAPER)
+    before = {p: p.read_bytes() for p in Path("results").rglob("*") if p.is_file()}
+    fake_run("mnist-360", "er", 200, [10.0, 10.0])            # new numbers ...
+    import gcl.report
+    render_tables = gcl.report.render_tables
+    monkeypatch.setattr(gcl.report, "render_tables", lambda *a, **k: 1 / 0)   # ... and the last output fails
+    with pytest.raises(ZeroDivisionError):
+        write_report(resolved, "results", PAPER)
+    after = {p: p.read_bytes() for p in Path("results").rglob("*") if p.is_file()}
+    assert after == before                                     # metrics.json, summary.csv, plots untouched
+    assert sorted(os.listdir(".")) == ["results", "runs"]      # no temporary folder left
+    assert sorted(os.listdir("results")) == ["figures", "metrics.json", "plots", "summary.csv", "tables.md"]
+    Path("results/.report.x1.tmp").mkdir()                      # left by a killed report: removed by the next
+    monkeypatch.setattr(gcl.report, "render_tables", render_tables)
+    write_report(resolved, "results", PAPER)
+    assert not Path("results/.report.x1.tmp").exists()
+
+
+def test_stale_run_folders_are_named_and_ignored(resolved):
+    fake_run("mnist-360", "er", 500, [99.0])                   # a run params.yaml no longer lists
+    warnings = write_report(resolved, "results", PAPER)
+    message = "stale: runs/mnist-360/er/500 is not a run of params.yaml; delete it"
+    assert warnings == [message]
+    assert f"- {message}" in section(tables_md(), "## Warnings")
+    assert "99.00" not in tables_md()
+    assert json.loads(Path("results/metrics.json").read_text())["mnist-360"].keys() == {"200"}
+
+
+def test_missing_run_is_a_clear_error(resolved):
     Path("runs/mnist-360/er/200/metrics.json").unlink()
     with pytest.raises(ReportError, match="runs/mnist-360/er/200/metrics.json.*dvc repro"):
-        write_report(params, "results", PAPER)
+        write_report(resolved, "results", PAPER)
+    assert not Path("results").exists()
 
 
-def test_sensitivity_figure_reads_the_swept_value_from_each_cell(params):
+# ---------------------------------------------------------------------------- CN-DPM and other methods' metrics
+
+def test_method_metrics_and_protocol_label(resolved):
+    add(resolved, "mnist-360", "cndpm", "none", [30.0, 32.0], extra={"experts": 4, "note": "text is ignored"})
+    fake_run("mnist-360", "cndpm", "none", [30.0, 32.0], extra={"experts": 4})
+    runs = json.loads(Path("runs/mnist-360/cndpm/none/metrics.json").read_text())
+    runs["seeds"]["1"]["method_metrics"]["experts"] = 6
+    write_json(Path("runs/mnist-360/cndpm/none/metrics.json"), runs)
+    resolved["report"]["methods"]["cndpm"] = {"label": "CN-DPM (its own protocol: split benchmarks)"}
+    write_report(resolved, "results", PAPER)
+    t1 = table(section(section(tables_md(), "## Table 1: Class-IL"), "### mnist-360"))
+    assert t1["CN-DPM (its own protocol: split benchmarks)"]["no buffer ours"] == "31.00 ± 1.41"
+    extra = table(section(tables_md(), "## Method-specific metrics (mean over seeds)"))
+    assert extra["mnist-360"]["experts"] == "5.00" and extra["mnist-360"]["method"].startswith("CN-DPM")
+    summary = Path("results/summary.csv").read_text().splitlines()
+    assert "method_metrics.experts" in summary[0].split(",")
+
+
+# ---------------------------------------------------------------------------- figures
+
+def test_sensitivity_figure_reads_the_swept_value_from_each_run(resolved):
     for name, omega, accs in (("coca-w05", 0.5, [61.0, 63.0]), ("coca-w09", 0.9, [58.0, 60.0])):
-        params["methods"][name] = {"base": "er"}
-        params["runs"][name] = {"benchmark": "mnist-360", "method": name, "buffer": 200, "lr": 0.1, "batch": 4,
-                                "replay_batch": 8}
-        fake_cell("mnist-360", name, 200, accs)
-        cell = json.loads(Path(f"runs/mnist-360/{name}/200/metrics.json").read_text())
-        cell["config"] = {"run": {"omega": omega}}
-        write_json(Path(f"runs/mnist-360/{name}/200/metrics.json"), cell)
-    params["report"] = {"figures": True, "sensitivity": {"benchmark": "mnist-360", "buffer": 200,
-                                                         "omega": ["coca-w05", "coca-w09"]}}
-    write_report(params, "results", PAPER)
+        add(resolved, "mnist-360", name, 200, accs, algorithm="coca")
+        resolved["runs"][f"mnist-360-{name}-200"]["omega"] = omega
+    resolved["report"].update(figures=True, sensitivity={"benchmark": "mnist-360", "buffer": 200,
+                                                         "omega": ["coca-w05", "coca-w09"]})
+    write_report(resolved, "results", PAPER)
     assert Path("results/figures/sensitivity.png").stat().st_size > 1000
-    params["report"]["sensitivity"]["omega"].append("coca-w01")
+    resolved["report"]["sensitivity"]["omega"].append("coca-w01")
     with pytest.raises(ReportError, match="coca-w01"):
-        write_report(params, "results", PAPER)
+        write_report(resolved, "results", PAPER)

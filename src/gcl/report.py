@@ -1,314 +1,392 @@
-"""The report: the paper's tables with our mean ± std beside its numbers, a per-seed summary,
-headline metrics for `dvc exp show`, and figures.
+"""The report: the paper's tables with our mean ± std beside its numbers, a headline (the main method
+against the best baseline), a per-seed summary, the few numbers `dvc exp show` compares, plot data for
+`dvc plots`, and figures (src/gcl/figures.py).
 
-It reads exactly the cells that params.yaml lists (never a glob of runs/), so removed cells
-cannot leak into the tables.
+It knows nothing of one profile: row names, row order, the paper rows each method is compared with,
+footnotes and the tables themselves come from the `report:` block of params.yaml (declared in
+gcl.config.ReportSettings) or from the method's registration (its algorithm; optional `label` and
+`paper_row` class attributes).
+
+It reads exactly the runs that params.yaml lists (never a glob of runs/), so removed runs cannot leak
+into the tables; a run folder on disk that params.yaml no longer lists is named in a warning. Every
+output is built in a temporary folder first and moved into place only when all of them succeeded.
 """
 from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 import pandas as pd
 
-from gcl.atomic import atomic_path, write_json, write_text
+from gcl.atomic import remove_stale_temporaries
+from gcl.config import ReportSettings
 from gcl.layout import run_dir
 
-# Row order of the paper's tables, our variants after their method; other methods follow, alphabetically.
-PAPER_ORDER = ["joint", "sgd", "lwf", "oewc", "si", "cndpm", "gem", "icarl", "fdr", "hal",
-               "er", "agem", "gss", "der", "derpp", "derpp-tuned", "coca", "coca-g001"]
-
-# Where our row is compared with another row of the paper: the CoCa paper's "DER" row holds the
-# DER paper's DER++ numbers, so it sits beside our derpp; our der sits beside the DER paper's own
-# DER numbers (reference/der_paper_results.csv, table "der_paper").
-PAPER_ROW = {"derpp": (None, "der"), "derpp-tuned": (None, "der"), "der": ("der_paper", "der")}
-FOOTNOTES = {"derpp": "derpp's paper column is the CoCa paper's \"DER\" row, which holds the DER paper's DER++ numbers.",
-             "derpp-tuned": "derpp-tuned is DER++ with settings chosen on a validation split (params.yaml records the "
-                            "grid); its paper column is the same \"DER\" row.",
-             "der": "der's paper column is plain DER as the DER paper reports it (the CoCa paper has no plain-DER row)."}
-
-# Table 3: our variant names (all configurations of the one CoCa class) and the paper's rows.
-ABLATION_ROWS = [("ER (all off)", "coca-off", "er"), ("CKD", "coca-ckd", "coca[ckd]"), ("PT", "coca-pt", "coca[pt]"),
-                 ("SCL", "coca-scl", "coca[scl]"), ("PT+SCL", "coca-pt-scl", "coca[pt+scl]"),
-                 ("CKD+PT", "coca-ckd-pt", "coca[ckd+pt]"), ("CKD+SCL", "coca-ckd-scl", "coca[ckd+scl]"),
-                 ("CKD+PT+SCL (CoCa)", "coca", "coca")]
+OUTPUTS = ("tables.md", "summary.csv", "metrics.json", "figures", "plots")
+SETTING = {"class_il": "class-il", "task_il": "task-il"}   # our metric -> the reference files' `setting`
 
 
 class ReportError(RuntimeError):
     pass
 
 
-def load_cells(params: dict) -> list[dict]:
+# ---------------------------------------------------------------------------- inputs
+
+def load_cells(resolved: dict) -> list[dict]:
+    """Each run's metrics.json, in the order params.yaml lists the runs."""
     cells = []
-    for key, run in params["runs"].items():
+    for key, run in resolved["runs"].items():
         path = run_dir(run) / "metrics.json"
         if not path.exists():
-            raise ReportError(f"{path} (cell {key}) is missing: run `dvc repro` so its train stage runs first")
-        cells.append(json.loads(path.read_text()))
+            raise ReportError(f"{path} (run {key}) is missing: run `dvc repro` so its train stage runs first")
+        cell = json.loads(path.read_text())
+        cell["_run"] = run
+        cells.append(cell)
     return cells
 
 
+def stale_runs(resolved: dict, root: str | Path = "runs") -> list[str]:
+    """Run folders on disk (runs/<benchmark>/<method>/<buffer>/metrics.json) that params.yaml does not list."""
+    listed = {run_dir(r) for r in resolved["runs"].values()}
+    found = sorted(p.parent for p in Path(root).glob("*/*/*/metrics.json"))
+    return [p.as_posix() for p in found if p not in listed]
+
+
 def summary_frame(cells: list[dict]) -> pd.DataFrame:
+    """One row per (benchmark, method, buffer, seed); a method's numeric extra metrics as
+    `method_metrics.<name>` columns (e.g. CN-DPM's experts)."""
     rows = []
     for c in cells:
         for seed, r in c["seeds"].items():
-            rows.append({"benchmark": c["benchmark"], "method": c["method"], "buffer": str(c["buffer"]),
-                         "seed": int(seed), "class_il": r["class_il"], "task_il": r["task_il"],
-                         "forgetting": r["forgetting"], "train_seconds": r["train_seconds"],
-                         "samples_per_second": r["samples_per_second"], "device": c["device"]})
-    return pd.DataFrame(rows)
+            row = {"benchmark": c["benchmark"], "method": c["method"], "buffer": str(c["buffer"]),
+                   "seed": int(seed), "class_il": r["class_il"], "task_il": r.get("task_il"),
+                   "forgetting": r.get("forgetting"), "train_seconds": r.get("train_seconds"),
+                   "samples_per_second": r.get("samples_per_second"), "device": c.get("device")}
+            for k, v in (r.get("method_metrics") or {}).items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    row[f"method_metrics.{k}"] = v
+            rows.append(row)
+    frame = pd.DataFrame(rows)
+    for col in ("class_il", "task_il", "forgetting", "train_seconds", "samples_per_second"):
+        frame[col] = pd.to_numeric(frame[col])
+    return frame
 
 
-def _fmt(mean, std) -> str:
+def read_paper(paper_csvs) -> pd.DataFrame:
+    return pd.concat([pd.read_csv(f, dtype={"buffer": "string"}) for f in paper_csvs], ignore_index=True)
+
+
+# ---------------------------------------------------------------------------- display settings
+
+def buffer_key(b) -> tuple:
+    """'none' first, then buffers numerically (200 < 500 < 1000 < 5120)."""
+    b = str(b)
+    return (b != "none", int(b) if b.isdigit() else 0, b)
+
+
+class Display:
+    """Labels, paper rows, notes and row order, from report settings over the registered defaults."""
+
+    def __init__(self, resolved: dict, settings: ReportSettings):
+        self.settings = settings
+        self.registered = resolved.get("methods") or {}
+        self.algorithm = {r["method"]: r.get("algorithm", r["method"]) for r in resolved["runs"].values()}
+        named = list(self.registered) + [r["method"] for r in resolved["runs"].values()]
+        self.order = list(dict.fromkeys(list(settings.order) + named))
+
+    def _spec(self, method: str):
+        return self.settings.methods.get(method)
+
+    def label(self, method: str) -> str:
+        spec = self._spec(method)
+        return (spec and spec.label) or self.registered.get(method, {}).get("label") or method
+
+    def algorithm_of(self, method: str) -> str:
+        return self.registered.get(method, {}).get("algorithm") or self.algorithm.get(method, method)
+
+    def paper_row(self, method: str) -> tuple[str | None, str]:
+        """(reference table or None for the table at hand, row name in the reference files)."""
+        spec = self._spec(method)
+        row = (spec and spec.paper_row) or self.registered.get(method, {}).get("paper_row") or self.algorithm_of(method)
+        return (spec.paper_table if spec else None), row
+
+    def notes(self, method: str, benchmark: str) -> list[str]:
+        spec = self._spec(method)
+        return [n.text for n in (spec.notes if spec else []) if n.benchmarks is None or benchmark in n.benchmarks]
+
+    def sort(self, methods) -> list[str]:
+        methods = set(methods)
+        known = [m for m in self.order if m in methods]
+        return known + sorted(methods - set(known))
+
+
+def paper_value(paper: pd.DataFrame, table: str, metric: str, benchmark: str, row: str, buffer: str) -> float | None:
+    """The paper's number, or None. The reference file's `setting` must match the metric, so a Class-IL-only
+    reference (the DER paper's) never fills a Task-IL column."""
+    hit = paper[(paper.table == table) & (paper.setting == SETTING[metric]) & (paper.benchmark == benchmark)
+                & (paper.method == row)]
+    hit = hit[hit.buffer.isna()] if buffer == "none" else hit[hit.buffer == buffer]
+    return float(hit.accuracy.iloc[0]) if len(hit) else None
+
+
+def fmt_number(x) -> str:
+    return "-" if x is None or pd.isna(x) else f"{x:.2f}"
+
+
+def fmt_mean_std(mean, std) -> str:
     if mean is None or pd.isna(mean):
         return "-"
-    return f"{mean:.2f} ± {std:.2f}"
+    return f"{mean:.2f} ± {0.0 if pd.isna(std) else std:.2f}"
 
 
-def _method_order(methods) -> list[str]:
-    known = [m for m in PAPER_ORDER if m in methods]
-    return known + sorted(set(methods) - set(known))
+def markdown(frame: pd.DataFrame) -> str:
+    """A markdown table whose cells print exactly as formatted (tabulate would turn '66.90' back into 66.9)."""
+    return frame.to_markdown(index=False, disable_numparse=True)
 
 
-def _buffer_key(b: str):
-    return (b != "none", int(b) if b.isdigit() else 0)
+def stats(summary: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """mean and std (0 for one seed) of `metric` per (benchmark, method, buffer)."""
+    s = summary.groupby(["benchmark", "method", "buffer"])[metric].agg(["mean", "std", "count"]).reset_index()
+    s["std"] = s["std"].fillna(0.0)
+    return s
 
 
-def default_rows(methods) -> list[tuple[str, str, tuple | None]]:
-    """(label, our method, (paper table or None for the table at hand, paper method)) in the paper's order.
-    Table 3's partial CoCa configurations are left to Table 3."""
-    partial = {ours for _, ours, _ in ABLATION_ROWS if ours != "coca"}
-    return [(m, m, PAPER_ROW.get(m, (None, m))) for m in _method_order(methods) if m not in partial]
+# ---------------------------------------------------------------------------- tables
+
+def table_benchmarks(spec, summary: pd.DataFrame, resolved: dict) -> list[str]:
+    ran = [b for b in resolved["benchmarks"] if b in set(summary.benchmark)]
+    if spec.benchmarks is not None:
+        return list(spec.benchmarks) if all(b in ran for b in spec.benchmarks) else []
+    return [b for b in ran if summary[summary.benchmark == b][spec.metric].notna().any()]
 
 
-def accuracy_table(summary: pd.DataFrame, paper: pd.DataFrame, benchmark: str, metric: str,
-                   paper_table: str, rows: list | None = None) -> str:
-    """One benchmark's table: a row per method, per buffer our mean ± std and the paper's number."""
-    ours = summary[summary.benchmark == benchmark]
-    stats = ours.groupby(["method", "buffer"])[metric].agg(["mean", "std"]).reset_index()
-    stats["std"] = stats["std"].fillna(0.0)
-    rows = rows if rows is not None else default_rows(stats.method.unique())
-    buffers = sorted(stats[stats.method.isin([r[1] for r in rows])].buffer.unique(), key=_buffer_key)
-    out = []
-    for label, method, (ref_table, ref_method) in rows:
-        ref = paper[(paper.table == (ref_table or paper_table)) & (paper.benchmark == benchmark) &
-                    (paper.method == ref_method)]
-        row = {"method": label}
-        for b in buffers:
-            hit = stats[(stats.method == method) & (stats.buffer == b)]
-            p = ref[(ref.buffer == b) if b != "none" else ref.buffer.isna()]
-            name = "no buffer" if b == "none" else f"B={b}"
-            row[f"{name} ours"] = _fmt(*hit[["mean", "std"]].iloc[0]) if len(hit) else "-"
-            row[f"{name} paper"] = f"{p.accuracy.iloc[0]:.2f}" if len(p) else "-"
-        out.append(row)
-    return pd.DataFrame(out).to_markdown(index=False)
-
-
-def ablation_rows(summary: pd.DataFrame, benchmark: str) -> list | None:
-    present = set(summary[summary.benchmark == benchmark].method)
-    if not any(m.startswith("coca-") for m in present):
-        return None
-    rows = [(label, ours, (None, theirs)) for label, ours, theirs in ABLATION_ROWS if ours in present]
-    if "coca-off" not in present and "er" in present:   # ER at its own settings stands in for "all off"
-        rows.insert(0, ("ER", "er", (None, "er")))
+def table_rows(spec, display: Display, present: set[str]) -> list[tuple[str, str]]:
+    """(row method, method shown) pairs of a table on one benchmark."""
+    if spec.rows is None:
+        return [(m, m) for m in display.sort(present) if m not in spec.exclude]
+    rows = []
+    for m in spec.rows:
+        if m in present:
+            rows.append((m, m))
+        elif spec.stand_in.get(m) in present:
+            rows.append((m, spec.stand_in[m]))
     return rows
 
 
-def cost_table(summary: pd.DataFrame) -> str:
+def accuracy_table(spec, summary: pd.DataFrame, paper: pd.DataFrame, display: Display, benchmark: str) -> tuple[str, list[str]]:
+    """One benchmark's table (markdown) and its footnotes."""
+    ours = summary[summary.benchmark == benchmark]
+    st = stats(ours, spec.metric)
+    present = set(st.dropna(subset=["mean"]).method)
+    rows = table_rows(spec, display, present)
+    buffers = sorted(set(st[st.method.isin([shown for _, shown in rows])].buffer), key=buffer_key)
+    out, notes = [], []
+    for row_method, shown in rows:
+        label = spec.labels.get(shown) or display.label(shown)   # a stand-in is named as itself
+        ref_table, ref_row = display.paper_row(row_method)
+        line, has_paper = {"method": label}, False
+        for b in buffers:
+            hit = st[(st.method == shown) & (st.buffer == b)]
+            name = "no buffer" if b == "none" else f"B={b}"
+            line[f"{name} ours"] = fmt_mean_std(*hit[["mean", "std"]].iloc[0]) if len(hit) else "-"
+            value = paper_value(paper, ref_table or spec.paper_table, spec.metric, benchmark, ref_row, b)
+            line[f"{name} paper"] = fmt_number(value)
+            has_paper |= value is not None
+        out.append(line)
+        if has_paper:     # a note explains a paper column: none where that column is empty
+            notes += [f"{label}: {n}" for n in display.notes(shown, benchmark)]
+    return markdown(pd.DataFrame(out)), list(dict.fromkeys(notes))
+
+
+def cost_table(summary: pd.DataFrame, display: Display) -> str:
     agg = summary.groupby(["benchmark", "method", "buffer"]).agg(
         seeds=("seed", "count"), forgetting=("forgetting", "mean"),
         train_seconds=("train_seconds", "mean"), samples_per_second=("samples_per_second", "mean"),
         device=("device", "first")).reset_index()
-    return agg.to_markdown(index=False, floatfmt=".2f")
+    order = {m: i for i, m in enumerate(display.sort(agg.method))}
+    agg = agg.sort_values(["benchmark", "method", "buffer"],
+                          key=lambda col: col.map(order) if col.name == "method" else
+                          col.map(buffer_key) if col.name == "buffer" else col)
+    for col in ("forgetting", "train_seconds", "samples_per_second"):
+        agg[col] = agg[col].map(fmt_number)
+    agg["method"] = agg["method"].map(display.label)
+    return markdown(agg)
 
 
-def render_tables(params: dict, summary: pd.DataFrame, paper: pd.DataFrame) -> str:
-    out = io.StringIO()
-    out.write("# Results: our numbers beside the paper's\n\n")
-    out.write(f"Mean ± std over seeds {params['seeds']}; accuracies in %. Generated by `dvc repro` "
-              "(stage `report`) from runs/*/*/*/metrics.json; do not edit by hand.\n\n")
-    benchmarks = [b for b in params["benchmarks"] if b in set(summary.benchmark)]
-    out.write("Data:\n\n")
-    for b in benchmarks:
-        cfg = params["benchmarks"][b]
-        out.write(f"- **{b}**: {cfg.get('label') or cfg['source']} (source `{cfg['source']}`)\n")
-    methods = set(summary.method)
-    notes = [text for m, text in FOOTNOTES.items() if m in methods]
-    out.write("\n## Table 1: Class-IL / general continual accuracy\n\n")
-    out.write("".join(f"- {n}\n" for n in notes) + ("\n" if notes else ""))
-    for b in benchmarks:
-        out.write(f"### {b}\n\n{accuracy_table(summary, paper, b, 'class_il', 'table1_gcl')}\n\n")
-    task_benchmarks = [b for b in benchmarks if summary[summary.benchmark == b].task_il.notna().any()]
-    if task_benchmarks:
-        out.write("## Table 2: Task-IL accuracy\n\n")
-        for b in task_benchmarks:
-            out.write(f"### {b}\n\n{accuracy_table(summary, paper, b, 'task_il', 'table2_task_il')}\n\n")
-    ablations = {b: ablation_rows(summary, b) for b in benchmarks}
-    if any(ablations.values()):
-        out.write("## Table 3: ablation of CoCa's components (Class-IL)\n\n"
-                  "Every row is a configuration of the one CoCa implementation (switches ckd, pt, scl); "
-                  "all switches off is ER.\n\n")
-        for b, rows in ablations.items():
-            if rows:
-                out.write(f"### {b}\n\n{accuracy_table(summary, paper, b, 'class_il', 'table3_ablation', rows)}\n\n")
-    split_benchmarks = [b for b in ("seq-cifar100-10t", "seq-cifar100") if b in benchmarks]
-    if "seq-cifar100-10t" in split_benchmarks:
-        out.write("## Table 4: sequential CIFAR-100 in 10 and 20 tasks (Class-IL)\n\n")
-        for b in split_benchmarks:
-            out.write(f"### {b}\n\n{accuracy_table(summary, paper, b, 'class_il', 'table4_num_tasks')}\n\n")
-    out.write("## Forgetting and cost per cell\n\n"
-              "Forgetting: mean over evaluation groups (tasks; digits on MNIST-360) of the best earlier "
-              "accuracy minus the final one. Train seconds exclude evaluation.\n\n")
-    out.write(cost_table(summary) + "\n")
-    return out.getvalue()
+def method_metrics_table(summary: pd.DataFrame, display: Display) -> str | None:
+    """Mean over seeds of each method's own numeric metrics (e.g. CN-DPM's experts created)."""
+    cols = [c for c in summary.columns if c.startswith("method_metrics.")]
+    if not cols:
+        return None
+    frame = summary.dropna(subset=cols, how="all")
+    agg = frame.groupby(["benchmark", "method", "buffer"])[cols].mean().reset_index()
+    agg = agg.sort_values(["benchmark", "buffer"], key=lambda c: c.map(buffer_key) if c.name == "buffer" else c)
+    for c in cols:
+        agg[c] = agg[c].map(fmt_number)
+    agg["method"] = agg["method"].map(display.label)
+    return markdown(agg.rename(columns={c: c.split(".", 1)[1] for c in cols}))
 
 
-def headline(summary: pd.DataFrame) -> dict:
-    """What `dvc exp show` displays: mean Class-IL per cell, and the total training time."""
-    out: dict = {"class_il": {}}
-    means = summary.groupby(["benchmark", "method", "buffer"], sort=False).class_il.mean()
-    for (bench, method, buffer), value in means.items():
-        out["class_il"].setdefault(bench, {}).setdefault(method, {})[buffer] = round(float(value), 2)
-    out["train_seconds_total"] = round(float(summary.train_seconds.sum()), 1)
+# ---------------------------------------------------------------------------- headline
+
+def headline(summary: pd.DataFrame, paper: pd.DataFrame, display: Display) -> list[dict]:
+    """Per benchmark and buffer of the main method: its Class-IL (and Task-IL) and those of the best baseline
+    (the method with the highest mean Class-IL at that buffer or without a buffer, variants of the main
+    method and headline.exclude left out), with the paper's numbers. A method runs at one buffer or none,
+    so (benchmark, method) picks one row among those."""
+    h = display.settings.headline
+    main_alg = display.algorithm_of(h.method)
+    out = []
+    cls, task = stats(summary, "class_il"), stats(summary, "task_il")
+    for bench in dict.fromkeys(summary.benchmark):
+        for b in sorted(set(cls[(cls.benchmark == bench) & (cls.method == h.method)].buffer), key=buffer_key):
+            at = cls[(cls.benchmark == bench) & (cls.buffer.isin([b, "none"]))]   # methods without memory compete too
+            base = at[~at.method.isin(h.exclude) & (at.method.map(display.algorithm_of) != main_alg)]
+            entry = {"benchmark": bench, "buffer": b}
+            for role, method in (("main", h.method), ("baseline", base.loc[base["mean"].idxmax(), "method"] if len(base) else None)):
+                if method is None:
+                    continue
+                ref_table, row = display.paper_row(method)
+                own = at[at.method == method].buffer.iloc[0]           # b, or "none"
+                t = task[(task.benchmark == bench) & (task.buffer.isin([b, "none"])) & (task.method == method)]["mean"]
+                entry[role] = {"method": method, "label": display.label(method) + (" (no buffer)" if own != b else ""),
+                               "class_il": float(at[at.method == method]["mean"].iloc[0]),
+                               "class_il_std": float(at[at.method == method]["std"].iloc[0]),
+                               "task_il": float(t.iloc[0]) if len(t) and pd.notna(t.iloc[0]) else None,
+                               "paper_class_il": paper_value(paper, ref_table or h.paper_table, "class_il", bench, row, own),
+                               "paper_task_il": paper_value(paper, ref_table or h.task_paper_table, "task_il", bench, row, own)}
+            out.append(entry)
     return out
 
 
-def plot_curves(cells: list[dict], out_dir: Path) -> list[Path]:
-    """Accuracy after every segment/task end, mean over seeds, one figure per benchmark."""
-    plt = _pyplot()
-    paths = []
-    for bench in sorted({c["benchmark"] for c in cells}):
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for c in cells:
-            if c["benchmark"] != bench:
+def headline_metrics(rows: list[dict]) -> dict:
+    """results/metrics.json: the few numbers `dvc exp show` / `dvc metrics diff` compare, per benchmark and
+    buffer; no timings (they differ on every run)."""
+    out: dict = {}
+    for e in rows:
+        cell = out.setdefault(e["benchmark"], {}).setdefault(e["buffer"], {})
+        for role, key in (("main", e["main"]["method"]), ("baseline", "best_baseline")):
+            if role not in e:
                 continue
-            curves = [r["curve"] for r in c["seeds"].values()]
-            if len(curves[0]) < 2:   # offline methods (JOINT) have only a final point
+            r = e[role]
+            entry = {"method": r["method"]} if role == "baseline" else {}
+            entry["class_il"] = round(r["class_il"], 2)
+            if r["task_il"] is not None:
+                entry["task_il"] = round(r["task_il"], 2)
+            cell[key] = entry
+    return out
+
+
+def headline_table(rows: list[dict]) -> str:
+    lines = []
+    tasks = any(e.get(r, {}).get("task_il") is not None for e in rows for r in ("main", "baseline"))
+    for e in rows:
+        m, b = e["main"], e.get("baseline")
+        line = {"benchmark": e["benchmark"], "buffer": e["buffer"],
+                f"{m['label']} ours": fmt_mean_std(m["class_il"], m["class_il_std"]),
+                f"{m['label']} paper": fmt_number(m["paper_class_il"]),
+                "best baseline": b["label"] if b else "-",
+                "baseline ours": fmt_mean_std(b["class_il"], b["class_il_std"]) if b else "-",
+                "baseline paper": fmt_number(b["paper_class_il"]) if b else "-"}
+        if tasks:
+            line[f"{m['label']} Task-IL"] = fmt_number(m["task_il"])
+            line["baseline Task-IL"] = fmt_number(b["task_il"]) if b else "-"
+        lines.append(line)
+    return markdown(pd.DataFrame(lines))
+
+
+# ---------------------------------------------------------------------------- tables.md
+
+def render_tables(resolved: dict, settings: ReportSettings, summary: pd.DataFrame, paper: pd.DataFrame,
+                  head: list[dict], warnings: list[str]) -> str:
+    display = Display(resolved, settings)
+    out = io.StringIO()
+    out.write("# Results: our numbers beside the paper's\n\n")
+    out.write(f"Mean ± std over seeds {resolved['seeds']}; accuracies in %. Generated by `dvc repro` "
+              "(stage `report`) from the runs params.yaml lists; do not edit by hand.\n\n")
+    if warnings:
+        out.write("## Warnings\n\n" + "".join(f"- {w}\n" for w in warnings) + "\n")
+    if head:
+        main = display.label(settings.headline.method)
+        out.write(f"## Headline: {main} against the best baseline (Class-IL)\n\n"
+                  f"Best baseline: the method with the highest mean Class-IL at that buffer (or without a buffer), {main}'s own "
+                  f"variants and {', '.join(map(display.label, settings.headline.exclude)) or 'none'} left out.\n\n")
+        out.write(headline_table(head) + "\n\n")
+    benchmarks = [b for b in resolved["benchmarks"] if b in set(summary.benchmark)]
+    out.write("Data:\n\n")
+    for b in benchmarks:
+        cfg = resolved["benchmarks"][b]
+        out.write(f"- **{b}**: {cfg.get('label') or cfg['source']} (source `{cfg['source']}`)\n")
+    out.write("\n")
+    for spec in settings.tables:
+        sections = []
+        for b in table_benchmarks(spec, summary, resolved):
+            present = set(summary[(summary.benchmark == b) & summary[spec.metric].notna()].method)
+            if not table_rows(spec, display, present):
                 continue
-            mean = [sum(v) / len(v) for v in zip(*curves)]
-            ax.plot(range(1, len(mean) + 1), mean, label=f"{c['method']} ({c['buffer']})")
-        ax.set_xlabel("evaluation after segment / task")
-        ax.set_ylabel("accuracy (%)")
-        ax.set_title(f"{bench}: accuracy over the stream")
-        ax.legend(fontsize=7, ncol=2)
-        ax.grid(alpha=0.3)
-        paths.append(_save(fig, out_dir / f"{bench}-curves.png"))
-    return paths
+            if spec.rows is not None and len(present & set(spec.rows)) < 2:
+                continue        # named rows (an ablation) with one configuration run compare nothing
+            table, notes = accuracy_table(spec, summary, paper, display, b)
+            sections.append(f"### {b}\n\n" + "".join(f"- {n}\n" for n in notes) + ("\n" if notes else "")
+                            + table + "\n\n")
+        if sections:
+            out.write(f"## {spec.title}\n\n" + (f"{spec.text}\n\n" if spec.text else "") + "".join(sections))
+    extra = method_metrics_table(summary, display)
+    if extra:
+        out.write("## Method-specific metrics (mean over seeds)\n\n" + extra + "\n\n")
+    out.write("## Forgetting and cost per run\n\n"
+              "Forgetting: mean over evaluation groups (tasks; digits on MNIST-360) of the best earlier "
+              "accuracy minus the final one. Train seconds exclude evaluation.\n\n")
+    out.write(cost_table(summary, display) + "\n")
+    return out.getvalue()
 
 
-def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+# ---------------------------------------------------------------------------- writing
+
+def warn(message: str, warnings: list[str]) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+    warnings.append(message)
 
 
-def _save(fig, path: Path) -> Path:
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-    _pyplot().close(fig)
-    return path
+def write_report(resolved: dict, out_dir: str | Path, paper_csvs: list[str | Path]) -> list[str]:
+    """Build every output in a temporary folder beside `out_dir`; move them into place only when all
+    succeeded. Returns the warnings (also printed and listed at the top of tables.md)."""
+    from gcl import figures
 
-
-def visualised_cells(params: dict, cells: list[dict]) -> tuple[str, list[dict]]:
-    """The cells that report.visualise names as 'method/buffer' on its benchmark, in that order."""
-    spec = params.get("report", {}).get("visualise")
-    if not spec:
-        return "", []
-    by_name = {(c["benchmark"], f"{c['method']}/{c['buffer']}"): c for c in cells}
-    chosen = []
-    for name in spec["cells"]:
-        if (spec["benchmark"], name) not in by_name:
-            raise ReportError(f"report.visualise.cells: {spec['benchmark']} {name!r} is not a cell of runs: "
-                              f"use 'method/buffer' of a run on that benchmark, e.g. "
-                              f"{sorted(n for b, n in by_name if b == spec['benchmark'])}")
-        chosen.append(by_name[(spec["benchmark"], name)])
-    return spec["benchmark"], chosen
-
-
-def plot_confusions(bench: str, cells: list[dict], path: Path) -> Path:
-    """Row-normalised confusion matrices of the first seed after the stream (the paper's Figure 6)."""
-    import numpy as np
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, len(cells), figsize=(3.2 * len(cells), 3.4), squeeze=False)
-    for ax, c in zip(axes[0], cells):
-        counts = np.array(next(iter(c["seeds"].values()))["confusion"], dtype=float)
-        seen = counts.sum(1) > 0                      # MNIST-360's network has no test images of some outputs
-        counts = counts[seen][:, seen]
-        ax.imshow(counts / counts.sum(1, keepdims=True), vmin=0, vmax=1, cmap="Blues")
-        ax.set_title(f"{c['method']} ({c['buffer']})", fontsize=9)
-        ax.set_xlabel("predicted")
-        ax.set_ylabel("true")
-    fig.suptitle(f"{bench}: confusion matrices (first seed)")
-    return _save(fig, path)
-
-
-def plot_tsne(bench: str, cells: list[dict], path: Path) -> Path:
-    """t-SNE of the final penultimate features of the evaluation images (the paper's Figure 5)."""
-    import torch
-    from sklearn.manifold import TSNE
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, len(cells), figsize=(3.2 * len(cells), 3.4), squeeze=False)
-    for ax, c in zip(axes[0], cells):
-        saved = torch.load(run_dir(c) / "features.pt", weights_only=True)
-        xy = TSNE(n_components=2, init="pca", perplexity=30, random_state=0).fit_transform(saved["features"].float().numpy())
-        points = ax.scatter(xy[:, 0], xy[:, 1], c=saved["labels"].numpy(), cmap="tab10", s=3)
-        ax.set_title(f"{c['method']} ({c['buffer']})", fontsize=9)
-        ax.set_xticks([])
-        ax.set_yticks([])
-    fig.legend(*points.legend_elements(), title="class", loc="center right", fontsize=7, title_fontsize=8)
-    fig.suptitle(f"{bench}: t-SNE of test features (seed {saved['seed']})")
-    return _save(fig, path)
-
-
-def plot_sensitivity(params: dict, cells: list[dict], path: Path) -> Path | None:
-    """Class-IL against omega and against gamma (the paper's Figure 4), mean ± std over seeds.
-
-    report.sensitivity names, per swept parameter, the methods (CoCa variants) whose cells on the
-    given benchmark and buffer form the sweep; the x value is read from each cell's resolved config.
-    """
-    spec = params.get("report", {}).get("sensitivity")
-    if not spec:
-        return None
-    plt = _pyplot()
-    swept = [k for k in ("omega", "gamma") if spec.get(k)]
-    fig, axes = plt.subplots(1, len(swept), figsize=(4.5 * len(swept), 3.4), squeeze=False)
-    for ax, param in zip(axes[0], swept):
-        points = []
-        for method in spec[param]:
-            cell = next((c for c in cells if c["benchmark"] == spec["benchmark"] and c["method"] == method
-                         and str(c["buffer"]) == str(spec["buffer"])), None)
-            if cell is None:
-                raise ReportError(f"report.sensitivity.{param}: no cell {spec['benchmark']}/{method}/{spec['buffer']} "
-                                  "in runs; add its run or drop it from the sweep")
-            accs = pd.Series([r["class_il"] for r in cell["seeds"].values()])
-            points.append((cell["config"]["run"][param], accs.mean(), accs.std() if len(accs) > 1 else 0.0))
-        points.sort()
-        x, m, sd = zip(*points)
-        ax.errorbar(x, m, yerr=sd, marker="o", capsize=3)
-        ax.set_xlabel(param)
-        ax.set_ylabel("Class-IL accuracy (%)")
-        ax.grid(alpha=0.3)
-    fig.suptitle(f"{spec['benchmark']}, buffer {spec['buffer']}: sensitivity of CoCa")
-    return _save(fig, path)
-
-
-def write_report(params: dict, out_dir: str | Path, paper_csvs: list[str | Path]) -> None:
     out_dir = Path(out_dir)
-    cells = load_cells(params)
+    settings = ReportSettings.model_validate(resolved.get("report") or {})
+    display = Display(resolved, settings)
+    cells = load_cells(resolved)
     summary = summary_frame(cells)
-    paper = pd.concat([pd.read_csv(f, dtype={"buffer": "string"}) for f in paper_csvs])
-    with atomic_path(out_dir / "summary.csv") as tmp:
-        summary.to_csv(tmp, index=False)
-    write_text(out_dir / "tables.md", render_tables(params, summary, paper))
-    write_json(out_dir / "metrics.json", headline(summary))
-    figures = out_dir / "figures"
-    figures.mkdir(parents=True, exist_ok=True)
-    if params.get("report", {}).get("figures", True):
-        plot_curves(cells, figures)
-        bench, chosen = visualised_cells(params, cells)
-        if chosen:
-            plot_confusions(bench, chosen, figures / f"{bench}-confusion.png")
-            plot_tsne(bench, chosen, figures / f"{bench}-tsne.png")
-        plot_sensitivity(params, cells, figures / "sensitivity.png")
+    paper = read_paper(paper_csvs)
+    warnings: list[str] = []
+    for folder in stale_runs(resolved):
+        warn(f"stale: {folder} is not a run of params.yaml; delete it", warnings)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(out_dir)             # what a killed report left
+    build = Path(tempfile.mkdtemp(prefix=".report.", suffix=".tmp", dir=out_dir))
+    try:
+        (build / "figures").mkdir()
+        (build / "plots").mkdir()
+        figures.write_plot_data(resolved, settings, cells, build / "plots")
+        if settings.figures:
+            figures.draw_all(resolved, settings, display, cells, build / "figures", warnings)
+        head = headline(summary, paper, display)
+        summary.to_csv(build / "summary.csv", index=False)
+        (build / "metrics.json").write_text(json.dumps(headline_metrics(head), indent=2, allow_nan=False) + "\n")
+        (build / "tables.md").write_text(render_tables(resolved, settings, summary, paper, head, warnings))
+        for name in OUTPUTS:
+            dest = out_dir / name
+            if dest.is_dir():
+                shutil.rmtree(dest)
+            elif dest.exists():
+                dest.unlink()
+            os.replace(build / name, dest)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    return warnings

@@ -1,0 +1,137 @@
+"""Figures: readable panels (at most eight lines), curves over the tasks seen so far, confusion matrices
+with a colour bar and every class labelled, t-SNE that skips degenerate features instead of crashing."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gcl import figures
+from gcl.atomic import write_json
+from gcl.config import MAX_LINES, ReportSettings
+from gcl.report import Display, write_report
+from gcl.settings import ParamsError, validate
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = [ROOT / "reference/paper_results.csv", ROOT / "reference/der_paper_results.csv"]
+
+
+def cell(method, buffer, curve=(10.0, 20.0, 30.0), confusion=((5, 0, 1), (0, 4, 0), (2, 0, 3)), acc_matrix=None):
+    return {"benchmark": "b", "method": method, "buffer": buffer,
+            "seeds": {"0": {"class_il": curve[-1], "curve": list(curve), "acc_matrix": acc_matrix,
+                            "confusion": [list(r) for r in confusion]}}}
+
+
+def resolved_for(cells, has_tasks=False, report=None):
+    return {"seeds": [0], "benchmarks": {"b": {"label": "B", "source": "s", "kind": "k", "has_tasks": has_tasks}},
+            "methods": {}, "runs": {f"{c['method']}-{c['buffer']}": {"benchmark": "b", "method": c["method"],
+                                                                      "buffer": c["buffer"]} for c in cells},
+            "report": report or {}}
+
+
+def test_task_average_curve():
+    assert figures.task_average_curve([[90.0, 0.0], [60.0, 80.0]]) == [90.0, 70.0]
+    assert figures.task_average_curve([[80.0, 60.0, 70.0]]) == [70.0]    # offline: one row after every task
+
+
+def test_panels_hold_at_most_eight_methods():
+    ordered = [f"m{i}" for i in range(13)]
+    groups = figures.panels({"first": ["m12", "m0", "absent"], "again": ["m0"]}, ordered)
+    assert groups[0] == ("first", ["m12", "m0"])                         # named group; absent method dropped
+    assert all(title != "again" for title, _ in groups)                  # a panel of methods drawn already
+    rest = [ms for t, ms in groups[1:]]
+    assert [len(ms) for ms in rest] == [8, 3] and rest[0][0] == "m1"
+    with pytest.raises(ParamsError, match="at most 8"):
+        validate(ReportSettings, {"curves": {"groups": {"big": ordered[:9]}}}, "report")
+
+
+def test_curve_figure_panels_and_lines(tmp_path, monkeypatch):
+    """12 methods at two buffers + a bufferless one: a 2 x 2 grid, no panel over MAX_LINES lines, and the
+    bufferless method drawn dashed in both rows."""
+    cells = [cell(f"m{i}", b) for i in range(12) for b in (200, 1000)] + [cell("sgd", "none")]
+    resolved = resolved_for(cells)
+    settings = ReportSettings.model_validate({})
+    captured = {}
+    real_save = figures._save
+
+    def keep(fig, path):
+        captured["axes"] = fig.axes
+        return real_save(fig, path)
+
+    monkeypatch.setattr(figures, "_save", keep)
+    figures.plot_curves(resolved, settings, Display(resolved, settings), cells, tmp_path)
+    axes = captured["axes"]
+    assert len(axes) == 4
+    assert [ax.get_title() for ax in axes] == ["methods (1), B=200", "methods (2), B=200",
+                                               "methods (1), B=1000", "methods (2), B=1000"]
+    assert max(len(ax.get_lines()) for ax in axes) <= MAX_LINES
+    sgd = [line for ax in axes for line in ax.get_lines() if line.get_label() == "sgd (no buffer)"]
+    assert len(sgd) == 2 and all(line.get_linestyle() == "--" for line in sgd)
+    assert (tmp_path / "b-curves.png").stat().st_size > 5000
+
+
+def test_confusion_figure_labels_every_class_and_has_a_colour_bar(tmp_path, monkeypatch):
+    cells = [cell("coca-ckd-scl", 200), cell("er", 200)]
+    resolved = resolved_for(cells)
+    settings = ReportSettings.model_validate({"methods": {"coca-ckd-scl": {"label": "CKD+SCL"}}})
+    captured = {}
+    real_save = figures._save
+    monkeypatch.setattr(figures, "_save", lambda fig, path: (captured.update(axes=fig.axes), real_save(fig, path))[1])
+    figures.plot_confusions("b", cells, Display(resolved, settings), tmp_path / "c.png")
+    panels, bar = captured["axes"][:2], captured["axes"][-1]
+    assert [ax.get_title() for ax in panels] == ["CKD+SCL (B=200)", "er (B=200)"]
+    assert [t.get_text() for t in panels[0].get_xticklabels()] == ["0", "1", "2"]
+    assert [t.get_text() for t in panels[0].get_yticklabels()] == ["0", "1", "2"]
+    assert bar.get_ylabel() == "fraction of the true class"
+    image = panels[0].get_images()[0].get_array()
+    assert np.allclose(image[0], [5 / 6, 0, 1 / 6])                     # rows normalised
+
+
+def test_degenerate_features():
+    assert figures.degenerate(np.zeros((50, 4))) == "all features identical (e.g. all zero)"
+    bad = np.random.default_rng(0).normal(size=(50, 4))
+    bad[3, 1] = np.nan
+    assert figures.degenerate(bad) == "non-finite features"
+    assert figures.degenerate(np.ones((3, 4))).startswith("too few")
+    assert figures.degenerate(np.random.default_rng(0).normal(size=(50, 4))) is None
+
+
+def test_a_figure_that_cannot_be_drawn_is_skipped_with_a_warning(tmp_path, monkeypatch):
+    """All-zero features (t-SNE crashed on them) and non-finite ones: skipped and named; the other
+    figures and every table are written."""
+    monkeypatch.chdir(tmp_path)
+    cells = [cell("er", 200), cell("sgd", "none")]
+    for c, feats in zip(cells, (torch.zeros(60, 8), torch.full((60, 8), float("nan")))):
+        write_json(Path("runs/b", c["method"], str(c["buffer"]), "metrics.json"), c)
+        figures_dir = Path("runs/b", c["method"], str(c["buffer"]))
+        torch.save({"features": feats, "labels": torch.zeros(60, dtype=torch.long), "seed": 0},
+                   figures_dir / "features.pt")
+    resolved = resolved_for(cells, report={"figures": True, "visualise": {"benchmark": "b", "cells": ["er/200", "sgd/none"]}})
+    warnings = write_report(resolved, "results", PAPER)
+    assert warnings == ["t-SNE: runs/b/er/200/features.pt: all features identical (e.g. all zero); er/200 skipped",
+                        "t-SNE: runs/b/sgd/none/features.pt: non-finite features; sgd/none skipped"]
+    assert sorted(p.name for p in Path("results/figures").iterdir()) == ["b-confusion.png", "b-curves.png"]
+    assert "non-finite features" in Path("results/tables.md").read_text()
+    assert json.loads(Path("results/metrics.json").read_text()) == {}     # no CoCa here: no headline
+
+
+def test_a_failing_figure_does_not_cost_the_report(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    c = cell("er", 200)
+    write_json(Path("runs/b/er/200/metrics.json"), c)
+    monkeypatch.setattr(figures, "plot_curves", lambda *a, **k: (_ for _ in ()).throw(ValueError("boom")))
+    warnings = write_report(resolved_for([c], report={"figures": True}), "results", PAPER)
+    assert warnings == ["figure curves skipped: ValueError: boom"]
+    assert Path("results/tables.md").exists() and Path("results/plots/curves/b/er_200.csv").exists()
+
+
+def test_a_panel_adding_nothing_at_a_buffer_is_left_out():
+    """A sweep run at buffer 500 only: at 200 its panel would repeat CoCa alone, so it is left out there."""
+    mine = [cell(m, b) for m in ("coca", "er") for b in ("200", "500")] + [cell("coca-w05", "500"), cell("sgd", "none")]
+    groups = [("main", ["sgd", "er", "coca"]), ("sweep", ["coca", "coca-w05"])]
+    layout = figures.curve_layout(groups, mine, ["200", "500"])
+    assert [[(b, t, [m for m, _ in lines]) for b, t, lines in row] for row in layout] == [
+        [("200", "main", ["sgd", "er", "coca"])],
+        [("500", "main", ["sgd", "er", "coca"]), ("500", "sweep", ["coca", "coca-w05"])]]
+    assert layout[0][0][2][0][1]["buffer"] == "none"                  # SGD drawn from its bufferless run

@@ -1,0 +1,42 @@
+"""The report block is declared (gcl.config.ReportSettings) with sensible defaults, and check@runs hands the
+report what it needs: each method's algorithm and whether a benchmark has tasks."""
+from pathlib import Path
+
+import pytest
+
+from gcl.config import ReportSettings, load_params, resolve_report
+from gcl.settings import ParamsError, validate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_defaults_are_table_1_and_2_and_coca_against_the_best_baseline():
+    r = validate(ReportSettings, None, "report")
+    assert [(t.metric, t.paper_table) for t in r.tables] == [("class_il", "table1_gcl"), ("task_il", "table2_task_il")]
+    assert r.headline.method == "coca" and r.headline.exclude == ["joint"]
+    assert r.methods == {} and r.order == [] and r.curves.groups == {}
+
+
+def test_a_typo_in_the_report_block_is_an_error_naming_it():
+    with pytest.raises(ParamsError, match="report.tables.0.metric"):
+        validate(ReportSettings, {"tables": [{"title": "T", "paper_table": "t", "metric": "class-il"}]}, "report")
+    with pytest.raises(ParamsError, match="report has an unknown key"):   # (settings.py names the top key only)
+        validate(ReportSettings, {"methods": {"er": {"lable": "ER"}}}, "report")
+
+
+def test_resolve_report_carries_algorithms_and_tasks():
+    r = resolve_report(load_params(ROOT / "profiles/ci.yaml"))
+    assert r["methods"]["er"] == {"algorithm": "er", "label": None, "paper_row": None}
+    assert r["benchmarks"]["mnist-360"]["has_tasks"] is False
+    assert r["report"]["methods"]["er"]["label"] == "ER" and r["report"]["headline"]["method"] == "er"
+
+
+@pytest.mark.parametrize("profile", ["params.yaml", "profiles/paper.yaml"])
+def test_profiles_map_our_variants_to_the_papers_rows(profile):
+    r = resolve_report(load_params(ROOT / profile))["report"]
+    assert r["methods"]["derpp"]["paper_row"] == "der"                     # the CoCa paper's "DER" row
+    assert r["methods"]["der"]["paper_table"] == "der_paper"               # the DER paper's own DER
+    assert r["methods"]["coca-ckd-scl"] == {"label": "CKD+SCL", "paper_row": "coca[ckd+scl]", "paper_table": None,
+                                            "notes": []}
+    note = r["methods"]["derpp"]["notes"][0]
+    assert "seq-cifar100" not in note["benchmarks"] and "mnist-360" in note["benchmarks"]
