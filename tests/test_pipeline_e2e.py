@@ -86,7 +86,7 @@ def test_repro_writes_the_output_contract(project):
     assert "49.27" in tables and "19.02" in tables            # the paper's ER-200 and SGD numbers
     assert f"{cell['mean']['class_il']:.2f} ± {cell['std']['class_il']:.2f}" in tables
     headline = json.loads((project / "results/metrics.json").read_text())
-    assert headline["class_il"]["mnist-360"]["er"]["200"] == round(cell["mean"]["class_il"], 2)
+    assert headline["mnist-360"]["200"]["er"]["class_il"] == round(cell["mean"]["class_il"], 2)
     for fig in ("curves", "confusion", "tsne"):
         assert (project / f"results/figures/mnist-360-{fig}.png").stat().st_size > 1000
     assert (project / "runs/mnist-360/er/200/features.pt").exists()
