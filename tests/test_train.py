@@ -96,3 +96,14 @@ def test_joint_sees_each_image_once_and_makes_its_own_epochs():
     assert sum(seen) == 200                      # the stream shown once, not once per epoch
     assert len(steps) == 3 * 200 // 10          # three epochs of its own over the 200 images
     assert r["task_il"] is not None and len(r["acc_matrix"]) == 1
+
+
+def test_a_bf16_run_learns(tiny_mnist360):
+    """bf16 autocast is entered per step: one context around the whole stream kept training on autocast's cached
+    bf16 copies of the initial weights, and every method ended at chance."""
+    bench, cfg = tiny_mnist360
+    fp32 = run_seed(bench, cfg, er_cfg(), 0, CPU)
+    bf16 = run_seed(bench, {**cfg, "bf16": True}, er_cfg(), 0, CPU)
+    chance = 100.0 / 9
+    assert fp32["class_il"] > 2.5 * chance and bf16["class_il"] > 2.5 * chance
+    assert abs(bf16["class_il"] - fp32["class_il"]) < 10

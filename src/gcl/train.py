@@ -1,6 +1,7 @@
 """The stream loop: one run of one method on one benchmark with one seed."""
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 
@@ -75,9 +76,14 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
                         generator=generator, epochs=bench_cfg["epochs"], plain_transform=test_transform)
     method = method_cls(net, run_cfg, ctx)
     evaluate = Evaluator(bench, test_transform, device)
-    # bf16 autocast (a CUDA option, measured against fp32 by benchmarks/speed.py) covers training and evaluation
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bench_cfg.get("bf16", False)):
-        result = _stream_loop(method, stream, train_transform, evaluate, kind.has_tasks, device)
+    # bf16 autocast (a CUDA option) is entered afresh for every step and evaluation: autocast caches its bf16
+    # copies of the weights until its context exits, so one context around the whole loop would keep training
+    # on the weights as they were before the first in-place SGD update (the network would never learn)
+    def amp():
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bench_cfg.get("bf16", False))
+
+    result = _stream_loop(method, stream, train_transform, evaluate, kind.has_tasks, device, amp)
+    with amp():
         net.eval()
         result["confusion"] = evaluate.confusion(method.predict, bench["n_classes"])
         if evaluate.features_collapsed(net.features):
@@ -91,7 +97,7 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
 
 
 def _stream_loop(method, stream, train_transform, evaluate: Evaluator, has_tasks: bool,
-                 device: torch.device) -> dict:
+                 device: torch.device, amp=contextlib.nullcontext) -> dict:
     """Feed the stream batch by batch, evaluating at segment/task ends; boundaries reach only methods
     that declare they need them, and only on benchmarks that have tasks."""
     net = method.net
@@ -121,27 +127,32 @@ def _stream_loop(method, stream, train_transform, evaluate: Evaluator, has_tasks
 
     def evaluate_now():
         net.eval()
-        rows.append(evaluate(method.predict))
+        with amp():
+            rows.append(evaluate(method.predict))
         net.train()
 
     net.train()
     timer.start()
     if tell_boundaries:
         current = task_data(0)
-        method.begin_task(current)
+        with amp():
+            method.begin_task(current)
     for step in range(stream.steps):
         idx = order[bounds[step]:bounds[step + 1]]
         x_raw, y = pool[idx], labels[idx]
-        loss = method.observe(train_transform(x_raw), y, x_raw)
+        with amp():
+            loss = method.observe(train_transform(x_raw), y, x_raw)
         loss_sum += loss
         first_bad.masked_fill_((first_bad < 0) & ~torch.isfinite(loss), step)
         loss_steps += 1
         if tell_boundaries and step == task_ends[task]:
-            method.end_task(current)
+            with amp():
+                method.end_task(current)
             task += 1
             if task < len(task_ends):
                 current = task_data(task)
-                method.begin_task(current)
+                with amp():
+                    method.begin_task(current)
         if step in eval_after and not method.offline:
             timer.stop()
             check_finite(step)
@@ -150,7 +161,8 @@ def _stream_loop(method, stream, train_transform, evaluate: Evaluator, has_tasks
             loss_steps = 0
             evaluate_now()
             timer.start()
-    method.finish()
+    with amp():
+        method.finish()
     timer.stop()
     check_finite(stream.steps - 1)
     if method.offline or not rows:
