@@ -16,7 +16,7 @@ from gcl.methods import METHODS, MethodContext
 from gcl.methods.cndpm import Adam, chilled_nll
 from gcl.train import run_seed
 from image_fixtures import labelled_source
-from tests.conftest import synthetic_source
+from helpers import synthetic_source
 
 CPU = torch.device("cpu")
 SMALL = dict(arch="mlp", lr=1e-3, lr_vae=1e-3, batch=10, log_alpha=-60.0, stm_capacity=30,

@@ -20,7 +20,7 @@ from gcl.fingerprint import fingerprint
 from gcl.processes import RunLock, RunLockedError
 from gcl.run import PROGRESS_DIR, train_run
 from gcl.train import DivergenceError, run_seed
-from tests.conftest import synthetic_source
+from helpers import synthetic_source
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")

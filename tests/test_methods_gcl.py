@@ -15,7 +15,7 @@ from gcl.methods.der import der_loss
 from gcl.methods.gss import GSSBuffer, gradient_cosines
 from gcl.settings import defaults
 from gcl.train import run_seed
-from tests.conftest import synthetic_source
+from helpers import synthetic_source
 
 CPU = torch.device("cpu")
 

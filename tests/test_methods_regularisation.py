@@ -16,7 +16,7 @@ from gcl.methods.base import Method, TaskData, register
 from gcl.methods.lwf import lwf_distillation, lwf_loss
 from gcl.methods.oewc import diagonal_fisher
 from gcl.train import run_seed
-from tests.conftest import synthetic_source
+from helpers import synthetic_source
 
 CPU = torch.device("cpu")
 

@@ -19,7 +19,7 @@ from gcl.methods.gem import project
 from gcl.methods.hal import RingBuffer, optimise_anchors
 from gcl.methods.icarl import herding
 from gcl.train import run_seed
-from tests.conftest import synthetic_source
+from helpers import synthetic_source
 
 CPU = torch.device("cpu")
 SETTINGS = {

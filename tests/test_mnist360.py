@@ -5,7 +5,7 @@ import torch
 
 from gcl.data import mnist360
 from gcl.data.transforms import rotate
-from tests.conftest import synthetic_source
+from helpers import synthetic_source
 
 
 def test_segments_are_the_nine_pairs_three_times():

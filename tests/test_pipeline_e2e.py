@@ -149,3 +149,21 @@ def test_a_bad_param_stops_repro_before_training_with_the_projects_message(proje
         assert not {s for s in stages_run(done.stdout) if s.startswith("train@")}
         assert not (project / ".gcl-progress" / "mnist-360-er-200").exists()   # stopped before training
     assert stages_run(sh(project, "dvc", "repro").stdout) <= {"check@data", "check@runs"}
+
+
+@pytest.mark.e2e
+def test_another_profile_runs_in_its_own_workspace_and_leaves_this_one_alone(project, tmp_path):
+    """The README's recipe: a git worktree of the same repository holds the other profile's params.yaml,
+    outputs and dvc.lock; this workspace keeps its params, results and up-to-date stages."""
+    before = {p: (project / p).read_bytes() for p in ("params.yaml", "dvc.lock", "results/tables.md")}
+    other = tmp_path / "other-profile"
+    sh(project, "git", "worktree", "add", "-q", str(other))
+    params = yaml.safe_load((other / "profiles" / "ci.yaml").read_text())
+    params["seeds"] = [0]
+    params["runs"] = {k: v for k, v in params["runs"].items() if k == "mnist-360-sgd-none"}
+    params["report"] = {"figures": False}
+    (other / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    sh(other, "dvc", "repro")
+    assert json.loads((other / "runs/mnist-360/sgd/none/metrics.json").read_text())["seeds"].keys() == {"0"}
+    assert {p: (project / p).read_bytes() for p in before} == before
+    assert "up to date" in sh(project, "dvc", "status").stdout

@@ -7,7 +7,7 @@ from gcl.atomic import save_tensors
 from gcl.config import resolve_run
 from gcl.run import PROGRESS_DIR, train_run
 from gcl.data import mnist360
-from tests.conftest import synthetic_source
+from helpers import synthetic_source
 
 
 @pytest.fixture

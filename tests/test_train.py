@@ -76,23 +76,21 @@ def test_joint_is_evaluated_once_after_training_on_everything(tiny_mnist360):
     assert r["class_il"] > sgd["class_il"]
 
 
-def test_joint_sees_each_image_once_and_makes_its_own_epochs():
+def test_joint_sees_each_image_once_and_makes_its_own_epochs(monkeypatch):
     from gcl.data import sequential
     from gcl.methods.joint import Joint
-    from tests.conftest import synthetic_source
+    from helpers import synthetic_source
 
     cfg = {"kind": "sequential", "source": "synthetic", "backbone": "mlp", "epochs": 3, "n_tasks": 5,
            "classes_per_task": 2, "augment": False}
     bench = sequential.build_benchmark(synthetic_source(per_class=20), cfg)
     seen, steps = [], []
     original_observe, original_step = Joint.observe, Joint.sgd_step
-    Joint.observe = lambda self, x, y, x_raw: (seen.append(len(y)), original_observe(self, x, y, x_raw))[1]
-    Joint.sgd_step = lambda self, loss: (steps.append(1), original_step(self, loss))[1]
-    try:
-        r = run_seed(bench, cfg, {"method": "joint", "algorithm": "joint", "buffer": "none", "lr": 0.1, "batch": 10},
-                     0, CPU)
-    finally:
-        Joint.observe, Joint.sgd_step = original_observe, original_step
+    monkeypatch.setattr(Joint, "observe",
+                        lambda self, x, y, x_raw: (seen.append(len(y)), original_observe(self, x, y, x_raw))[1])
+    monkeypatch.setattr(Joint, "sgd_step", lambda self, loss: (steps.append(1), original_step(self, loss))[1])
+    r = run_seed(bench, cfg, {"method": "joint", "algorithm": "joint", "buffer": "none", "lr": 0.1, "batch": 10},
+                 0, CPU)
     assert sum(seen) == 200                      # the stream shown once, not once per epoch
     assert len(steps) == 3 * 200 // 10          # three epochs of its own over the 200 images
     assert r["task_il"] is not None and len(r["acc_matrix"]) == 1
