@@ -32,7 +32,7 @@ from gcl.settings import defaults
 from gcl.methods import METHODS, MethodContext
 
 STREAM, REPLAY, CLASSES, SHAPE = 32, 32, 10, (3, 32, 32)
-# DER's seq-cifar10 settings (PROTOCOL.md) for whatever the methods require
+# DER's seq-cifar10 settings (docs/protocol.md) for whatever the methods require
 HPARAMS = {"lr": 0.03, "batch": STREAM, "replay_batch": REPLAY, "alpha": 0.1, "beta": 0.5}
 
 

@@ -23,7 +23,7 @@ N_CLASSES = 9
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    """The MLP's small ops are many times faster on one thread (PROTOCOL.md); restore the setting after."""
+    """The MLP's small ops are many times faster on one thread (measured); restore the setting after."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

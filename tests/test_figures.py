@@ -135,3 +135,20 @@ def test_a_panel_adding_nothing_at_a_buffer_is_left_out():
         [("200", "main", ["sgd", "er", "coca"])],
         [("500", "main", ["sgd", "er", "coca"]), ("500", "sweep", ["coca", "coca-w05"])]]
     assert layout[0][0][2][0][1]["buffer"] == "none"                  # SGD drawn from its bufferless run
+
+
+def test_the_omega_sweep_marks_omega_one_as_undefined(tmp_path, monkeypatch):
+    """Figure 4's sweep ends at omega = 1, where the closed form has no value: the panel says so."""
+    runs = []
+    for name, omega in (("coca", 0.1), ("coca-w09", 0.9)):
+        c = cell(name, 500)
+        c["config"] = {"run": {"omega": omega}}
+        runs.append(c)
+    settings = validate(ReportSettings, {"sensitivity": {"benchmark": "b", "buffer": 500,
+                                                         "omega": ["coca", "coca-w09"]}}, "report")
+    drawn = {}
+    monkeypatch.setattr(figures, "_save", lambda fig, path: drawn.setdefault("fig", fig) and path)
+    figures.plot_sensitivity({}, settings, runs, tmp_path / "s.png")
+    ax = drawn["fig"].axes[0]
+    assert any(list(line.get_xdata()) == [1.0, 1.0] for line in ax.get_lines())
+    assert any("ω = 1: undefined" in t.get_text() for t in ax.texts)

@@ -100,9 +100,14 @@ def test_second_repro_runs_nothing(project):
 
 
 @pytest.mark.e2e
-def test_changing_one_run_reruns_only_that_run(project):
-    with edited(project, **{"runs__mnist-360-er-200__lr": 0.05}):
+@pytest.mark.parametrize("change", [{"runs__mnist-360-er-200__lr": 0.05},
+                                    {"runs__mnist-360-er-200__epochs": 2}])   # a run's own epochs override
+def test_changing_one_run_reruns_only_that_run(project, change):
+    with edited(project, **change):
         ran = stages_run(sh(project, "dvc", "repro").stdout)
+        if "runs__mnist-360-er-200__epochs" in change:
+            cell = json.loads((project / "runs/mnist-360/er/200/metrics.json").read_text())
+            assert cell["config"]["benchmark"]["epochs"] == 2
     assert ran == {"check@data", "check@runs", "train@mnist-360-er-200", "report"}
     sh(project, "dvc", "repro")
 

@@ -1,4 +1,4 @@
-"""The small-image ResNet-18 of PROTOCOL.md."""
+"""The small-image ResNet-18 of DER's protocol."""
 import pytest
 import torch
 from torch import nn

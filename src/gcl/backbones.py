@@ -58,7 +58,7 @@ class BasicBlock(nn.Module):
 
 
 class ResNet18(Backbone):
-    """ResNet-18 for small images (PROTOCOL.md): 3x3 stride-1 stem without max-pool, BasicBlock x [2, 2, 2, 2]
+    """ResNet-18 for small images (DER's protocol): 3x3 stride-1 stem without max-pool, BasicBlock x [2, 2, 2, 2]
     at widths 64/128/256/512, global average pooling, Linear(512, classes). Any input size (32x32, 64x64).
 
     `channels_last` stores the weights and feeds the activations in NHWC, which cuDNN's convolutions

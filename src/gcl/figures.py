@@ -309,6 +309,13 @@ def plot_sensitivity(resolved: dict, settings, cells: list[dict], path: Path) ->
     for ax, param in zip(axes[0], swept):
         x, m, sd = zip(*points_of[param])
         ax.errorbar(x, m, yerr=sd, marker="o", capsize=3)
+        if param == "omega":
+            # the paper's sweep ends at omega = 1, where (I - omega S) is singular for a row-stochastic S: the
+            # closed-form propagation has no value there, so the point is marked rather than computed
+            ax.axvline(1.0, color="grey", linestyle=":")
+            ax.annotate("ω = 1: undefined\n(I − ωS is singular)", xy=(1.0, min(m)), xytext=(-4, 0),
+                        textcoords="offset points", ha="right", va="bottom", fontsize=8, color="grey")
+            ax.set_xlim(right=1.05)
         ax.set_xlabel({"omega": "ω (propagation strength)", "gamma": "γ (share of propagated logits)"}[param])
         ax.set_ylabel("Class-IL accuracy (%)")
         ax.grid(alpha=0.3)

@@ -11,7 +11,7 @@ Settings (under `sources.<name>` in params.yaml), all optional:
     archive: <path>       a local copy of the archive (checked like a download)
     md5: <hex>            Tiny ImageNet only: the archive's checksum, if you deliberately use another one
     download_dir: <dir>   where archives are kept and extracted (default data/downloads, outside DVC)
-Each source also records its dataset's normalisation constants (reference/PROTOCOL.md), so that a
+Each source also records its dataset's normalisation constants (docs/protocol.md), so that a
 benchmark built from it normalises with the right mean and std.
 """
 from __future__ import annotations

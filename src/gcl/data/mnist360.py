@@ -1,6 +1,6 @@
 """MNIST-360 (Buzzega et al. 2020): digits 0-8 turning through 360 degrees, in pairs, with no task boundaries.
 
-Stream, per ../reference/PROTOCOL.md:
+Stream (docs/protocol.md):
 - class j's training images are split into 6 contiguous chunks of n_j // 6 + 1 images (the last one
   shorter), used last chunk first, as the reference framework (mammoth) does: this reproduces its
   step counts (3,573 / 910 / 459 / 243 steps at batch 1 / 4 / 8 / 16 on 400 images per digit);

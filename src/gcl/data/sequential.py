@@ -1,4 +1,4 @@
-"""Sequential class-incremental benchmarks (seq-mnist, seq-cifar10/100, seq-tinyimg), per PROTOCOL.md.
+"""Sequential class-incremental benchmarks (seq-mnist, seq-cifar10/100, seq-tinyimg), as docs/protocol.md describes.
 
 Task t holds the labels [t * c, (t + 1) * c) in the source's natural label order. The stream shows
 task after task; within a task, `epochs` passes, each over a fresh seeded permutation of the task's

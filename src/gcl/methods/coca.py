@@ -179,7 +179,7 @@ class CoCaSettings(ReplaySettings):
 @register
 class CoCa(Method):
     name = "coca"
-    summary = "CoCa: ER + collaborative distillation (CKD) + pretext task (PT) + supervised contrast (SCL)"
+    summary = "CoCa: L_base (Eq. 2) + collaborative distillation (CKD) + pretext task (PT) + supervised contrast (SCL)"
     uses_buffer = True
     Settings = CoCaSettings
     state_attrs = ("heads",)

@@ -38,6 +38,7 @@ from pydantic import Field
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from gcl.methods import quadratic
 from gcl.methods.base import Method, MethodSettings, TaskData, register
 
 
@@ -87,20 +88,13 @@ class OEWC(Method):
         self.fisher: list[torch.Tensor] | None = None       # running Fisher, one tensor per parameter
         self.checkpoint: list[torch.Tensor] | None = None   # theta* at the end of the last task
 
-    @torch.no_grad()
     def _penalty_terms(self) -> tuple[list[torch.Tensor], torch.Tensor]:
         """F (theta - theta*) per parameter and the penalty's value e_lambda * sum F (theta - theta*)^2."""
-        diff = torch._foreach_sub([p.detach() for p in self.params], self.checkpoint)
-        weighted = torch._foreach_mul(diff, self.fisher)
-        value = torch.stack([(w * d).sum() for w, d in zip(weighted, diff)]).sum()
-        return weighted, self.cfg["e_lambda"] * value
+        return quadratic.penalty_terms(self.params, self.checkpoint, self.fisher, self.cfg["e_lambda"])
 
     def penalty(self) -> torch.Tensor:
         """The penalty as a differentiable function of the parameters (0 before the first task ends)."""
-        if self.fisher is None:
-            return torch.zeros((), device=self.ctx.device)
-        return self.cfg["e_lambda"] * sum((f * (p - c).pow(2)).sum()
-                                          for p, f, c in zip(self.params, self.fisher, self.checkpoint))
+        return quadratic.penalty(self.params, self.checkpoint, self.fisher, self.cfg["e_lambda"], self.ctx.device)
 
     def observe(self, x, y, x_raw):
         loss = F.cross_entropy(self.net(x), y)

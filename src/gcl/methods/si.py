@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
+from gcl.methods import quadratic
 from gcl.methods.base import Method, MethodSettings, TaskData, register
 
 
@@ -52,20 +53,13 @@ class SI(Method):
         self.big_omega: list[torch.Tensor] | None = None                  # consolidated importance
         self.checkpoint = [p.detach().clone() for p in self.params]        # theta at this task's start = theta*
 
-    @torch.no_grad()
     def _penalty_terms(self) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Omega (theta - theta*) per parameter and the penalty's value c * sum Omega (theta - theta*)^2."""
-        diff = torch._foreach_sub([p.detach() for p in self.params], self.checkpoint)
-        weighted = torch._foreach_mul(diff, self.big_omega)
-        value = torch.stack([(w * d).sum() for w, d in zip(weighted, diff)]).sum()
-        return weighted, self.cfg["c"] * value
+        return quadratic.penalty_terms(self.params, self.checkpoint, self.big_omega, self.cfg["c"])
 
     def penalty(self) -> torch.Tensor:
         """The penalty as a differentiable function of the parameters (0 before the first task ends)."""
-        if self.big_omega is None:
-            return torch.zeros((), device=self.ctx.device)
-        return self.cfg["c"] * sum((o * (p - c).pow(2)).sum()
-                                   for p, o, c in zip(self.params, self.big_omega, self.checkpoint))
+        return quadratic.penalty(self.params, self.checkpoint, self.big_omega, self.cfg["c"], self.ctx.device)
 
     def observe(self, x, y, x_raw):
         loss = F.cross_entropy(self.net(x), y)

@@ -1,0 +1,24 @@
+"""The quadratic penalty of the regularisation baselines: weight * sum_k importance_k (theta_k - anchor_k)^2,
+with oEWC's running Fisher or SI's Omega as the importance and the parameters at a task's end as the anchor."""
+from __future__ import annotations
+
+import torch
+
+
+@torch.no_grad()
+def penalty_terms(params: list[torch.Tensor], anchor: list[torch.Tensor], importance: list[torch.Tensor],
+                  weight: float) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """importance * (theta - anchor) per parameter (half the penalty's gradient, over the weight) and the
+    penalty's value, without building a graph."""
+    diff = torch._foreach_sub([p.detach() for p in params], anchor)
+    weighted = torch._foreach_mul(diff, importance)
+    value = torch.stack([(w * d).sum() for w, d in zip(weighted, diff)]).sum()
+    return weighted, weight * value
+
+
+def penalty(params: list[torch.Tensor], anchor: list[torch.Tensor] | None, importance: list[torch.Tensor] | None,
+            weight: float, device: torch.device) -> torch.Tensor:
+    """The penalty as a differentiable function of the parameters (0 before the first task ends)."""
+    if importance is None:
+        return torch.zeros((), device=device)
+    return weight * sum((f * (p - c).pow(2)).sum() for p, f, c in zip(params, importance, anchor))
