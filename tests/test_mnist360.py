@@ -110,7 +110,7 @@ def test_test_sweep_rotates_each_class_through_360_degrees():
 
 def test_validation_split_replaces_the_test_set():
     source = synthetic_source(per_class=30, test_per_class=4)
-    bench = mnist360.build_benchmark(source, validation_fraction=0.2)
+    bench = mnist360.build_benchmark(source, {"validation_fraction": 0.2})
     assert bench["class_sizes"] == [24] * 9
     assert len(bench["test_y"]) == 9 * 6 and bench["evaluated_on"] == "validation"
     held = source["train_x"][source["train_y"] == 0][24:]

@@ -129,3 +129,18 @@ def test_seq_cifar10_from_cifar_pickles_trains_and_scores_every_task(tmp_path, m
     assert r["task_il"] >= r["class_il"] and r["task_il"] is not None
     assert isinstance(r["forgetting"], float)
     assert r["class_il"] == pytest.approx(sum(r["acc_matrix"][-1]) / 5)
+
+
+def test_both_kinds_hold_out_the_same_images_for_validation():
+    """The validation split is made in one place (gcl.data.split) for MNIST-360 and the sequential kinds:
+    the last round(n * fraction) training images of each class, in source order."""
+    from gcl.data import mnist360
+    from helpers import synthetic_source
+    src = synthetic_source(per_class=30, test_per_class=4)
+    m360 = mnist360.build_benchmark(src, {"validation_fraction": 0.2})
+    seq = sequential.build_benchmark(src, {"n_tasks": 5, "classes_per_task": 2, "validation_fraction": 0.2})
+    for j in range(9):
+        kept = src["train_x"][src["train_y"] == j][:24]
+        assert torch.equal(m360["train_x"][m360["train_y"] == j], kept)
+        assert torch.equal(seq["train_x"][seq["train_y"] == j], kept)
+    assert torch.equal(seq["test_x"][seq["test_y"] == 4], src["train_x"][src["train_y"] == 4][24:])

@@ -87,3 +87,34 @@ def forgetting(matrix: list[list[float]], first_row: list[int]) -> float | None:
     drops = [max(matrix[l][g] for l in range(first_row[g], last)) - matrix[last][g]
              for g in range(len(first_row)) if first_row[g] < last]
     return sum(drops) / len(drops) if drops else None
+
+
+def summarise(rows: list[dict], loss_curve: list[float], has_tasks: bool, steps: int, samples: int,
+              seconds: float) -> dict:
+    """A seed's metrics from its evaluation rows. Class-IL (and Task-IL) is the mean over tasks of the last
+    row on benchmarks with tasks, the accuracy over the whole evaluation set on MNIST-360. Forgetting counts a
+    task from the row after which it was first trained (a single row, e.g. JOINT's: nothing to forget); a
+    digit of MNIST-360 from the first row."""
+    matrix = [r["class_il"] for r in rows]
+    final = rows[-1]
+    n_groups = len(matrix[-1])
+    if has_tasks:
+        class_il = sum(final["class_il"]) / n_groups
+        task_il = sum(final["task_il"]) / n_groups
+        first_row = list(range(n_groups)) if len(rows) == n_groups else [len(rows) - 1] * n_groups
+    else:  # one evaluation set (MNIST-360): accuracy over all of it
+        class_il, task_il = final["overall"], None
+        first_row = [0] * n_groups
+    return {
+        "class_il": class_il,
+        "task_il": task_il,
+        "acc_matrix": matrix,
+        "task_il_matrix": [r["task_il"] for r in rows] if has_tasks else None,
+        "curve": [r["overall"] for r in rows],
+        "loss_curve": loss_curve,
+        "forgetting": forgetting(matrix, first_row),
+        "steps": steps,
+        "samples": samples,
+        "train_seconds": seconds,
+        "samples_per_second": samples / seconds if seconds > 0 else None,
+    }

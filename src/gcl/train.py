@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import time
 
@@ -10,7 +11,7 @@ import torch
 
 from gcl.backbones import build_backbone
 from gcl.data.benchmarks import kind_of
-from gcl.evaluate import Evaluator, forgetting
+from gcl.evaluate import Evaluator, summarise
 from gcl.methods import METHODS, MethodContext
 from gcl.methods.base import TaskData
 
@@ -67,9 +68,8 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
     train_transform, test_transform = kind.transforms(bench, bench_cfg)
     generator = seed_everything(seed)
     method_cls = METHODS[run_cfg["algorithm"]]
-    # an offline method (JOINT) is shown the data once and makes its own `epochs` passes over it
-    stream = kind.stream(bench, {**bench_cfg, "epochs": 1} if method_cls.offline else bench_cfg,
-                         run_cfg["batch"], generator)
+    make_stream = offline_stream if method_cls.offline else lambda k, *a: k.stream(*a)
+    stream = make_stream(kind, bench, bench_cfg, run_cfg["batch"], generator)
     net = build_backbone(bench_cfg["backbone"], bench["input_shape"], bench["n_classes"],
                          channels_last=bench_cfg.get("channels_last", False)).to(device)
     ctx = MethodContext(device=device, n_classes=bench["n_classes"], train_transform=train_transform,
@@ -94,6 +94,12 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
         if feature_samples:
             result["features"] = evaluate.features(net.features, feature_samples)
     return result
+
+
+def offline_stream(kind, bench: dict, bench_cfg: dict, batch: int, generator: torch.Generator):
+    """What an offline method (JOINT) is shown: every training image once, with no evaluation along the way;
+    it makes its own `epochs` passes once the stream is over and is evaluated only then."""
+    return dataclasses.replace(kind.stream(bench, {**bench_cfg, "epochs": 1}, batch, generator), eval_after=[])
 
 
 def _stream_loop(method, stream, train_transform, evaluate: Evaluator, has_tasks: bool,
@@ -153,7 +159,7 @@ def _stream_loop(method, stream, train_transform, evaluate: Evaluator, has_tasks
                 current = task_data(task)
                 with amp():
                     method.begin_task(current)
-        if step in eval_after and not method.offline:
+        if step in eval_after:
             timer.stop()
             check_finite(step)
             loss_curve.append(float(loss_sum) / max(loss_steps, 1))
@@ -165,32 +171,6 @@ def _stream_loop(method, stream, train_transform, evaluate: Evaluator, has_tasks
         method.finish()
     timer.stop()
     check_finite(stream.steps - 1)
-    if method.offline or not rows:
+    if not rows:          # an offline method (JOINT) is evaluated once, after its own training
         evaluate_now()
-    return summarise(rows, loss_curve, has_tasks, stream, timer.total)
-
-
-def summarise(rows: list[dict], loss_curve: list[float], has_tasks: bool, stream, seconds: float) -> dict:
-    matrix = [r["class_il"] for r in rows]
-    final = rows[-1]
-    n_groups = len(matrix[-1])
-    if has_tasks:
-        class_il = sum(final["class_il"]) / n_groups
-        task_il = sum(final["task_il"]) / n_groups
-        first_row = list(range(n_groups)) if len(rows) == n_groups else [len(rows) - 1] * n_groups
-    else:  # one evaluation set (MNIST-360): accuracy over all of it
-        class_il, task_il = final["overall"], None
-        first_row = [0] * n_groups
-    return {
-        "class_il": class_il,
-        "task_il": task_il,
-        "acc_matrix": matrix,
-        "task_il_matrix": [r["task_il"] for r in rows] if has_tasks else None,
-        "curve": [r["overall"] for r in rows],
-        "loss_curve": loss_curve,
-        "forgetting": forgetting(matrix, first_row),
-        "steps": stream.steps,
-        "samples": stream.n_samples,
-        "train_seconds": seconds,
-        "samples_per_second": stream.n_samples / seconds if seconds > 0 else None,
-    }
+    return summarise(rows, loss_curve, has_tasks, stream.steps, stream.n_samples, timer.total)

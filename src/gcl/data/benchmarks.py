@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable, Literal, TypedDict
 
 import torch
 from pydantic import Field
@@ -17,6 +17,31 @@ from gcl.data.transforms import to_unit_float
 from gcl.settings import Settings
 
 Backbone = Literal[tuple(BACKBONES)]
+
+
+class BenchmarkData(TypedDict, total=False):
+    """A built benchmark, as every kind's builder returns it and benchmark.pt stores it (a typed dict of
+    tensors and plain values, so that torch.load(weights_only=True) reads it back)."""
+
+    kind: str                       # "mnist-360" | "sequential"
+    config: dict                    # the data settings it was built from (checked on loading)
+    n_classes: int                  # outputs of the network
+    n_tasks: int                    # 0: no tasks (general continual)
+    classes_per_task: int           # sequential kinds: task t holds labels [t * c, (t + 1) * c)
+    input_shape: list[int]          # (C, H, W)
+    train_x: torch.Tensor           # uint8 (N, C, H, W), grouped by class
+    train_y: torch.Tensor           # int64 (N,)
+    train_task: torch.Tensor        # int64 (N,), sequential kinds
+    class_sizes: list[int]          # training images per class
+    test_x: torch.Tensor            # uint8 evaluation images (MNIST-360: rotated as the test sweep)
+    test_y: torch.Tensor
+    test_group: torch.Tensor        # each evaluation image's group: its task, or its digit on MNIST-360
+    group_names: list[str]
+    evaluated_on: str               # "test" | "validation"
+    mean: list[float] | None        # normalisation of the network's input (None: pixels in [0, 1])
+    std: list[float] | None
+    crop_padding: int
+    class_order: list[int] | None   # the source class of each label, when a class order renumbers them
 
 
 class BenchmarkError(RuntimeError):
@@ -81,8 +106,8 @@ def groups(settings: BenchmarkSettings) -> dict[str, dict]:
 @dataclass(frozen=True)
 class BenchmarkKind:
     Settings: type[BenchmarkSettings]
-    build: Callable[[dict, dict], dict]                       # (source tensors, data settings) -> benchmark dict
-    stream: Callable[[dict, dict, int, torch.Generator], Stream]   # (bench, training settings, batch, gen) -> Stream
+    build: Callable[[dict, dict], BenchmarkData]              # (source tensors, data settings) -> benchmark
+    stream: Callable[[BenchmarkData, dict, int, torch.Generator], Stream]   # (bench, training settings, batch, gen)
     # (bench, training settings) -> (train transform, test transform), batched uint8 -> network input on the device
     transforms: Callable[[dict, dict], tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]]
     has_tasks: bool
@@ -91,7 +116,7 @@ class BenchmarkKind:
 KINDS: dict[str, BenchmarkKind] = {
     "mnist-360": BenchmarkKind(
         Settings=Mnist360Settings,
-        build=lambda source, cfg: mnist360.build_benchmark(source, float(cfg.get("validation_fraction", 0.0))),
+        build=mnist360.build_benchmark,
         stream=lambda bench, cfg, batch, gen: mnist360.build_stream(bench, batch, gen, cfg.get("draw", "without-replacement")),
         transforms=lambda bench, cfg: (to_unit_float, to_unit_float),
         has_tasks=False,
@@ -118,7 +143,7 @@ def build_benchmark(cfg: dict, source: dict, out_dir: str | Path) -> Path:
     return out
 
 
-def load_benchmark(path: str | Path, cfg: dict) -> dict:
+def load_benchmark(path: str | Path, cfg: dict) -> BenchmarkData:
     path = Path(path)
     if not path.exists():
         raise BenchmarkError(f"{path} does not exist: run `dvc repro` (the benchmark stage builds it)")

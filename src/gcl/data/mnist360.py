@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from gcl.data.split import split_per_class
 from gcl.data.stream import Stream
 from gcl.data.transforms import rotate
 
@@ -64,19 +65,19 @@ def test_angle(i: np.ndarray, n_test_j: int) -> np.ndarray:
     return np.mod(i * 360.0 / n_test_j, 360.0)
 
 
-def build_benchmark(source: dict, validation_fraction: float = 0.0) -> dict:
+def build_benchmark(source: dict, cfg: dict | None = None) -> dict:
     """Group the source's digits 0-8 by class and pre-rotate the evaluation sweep.
 
-    With `validation_fraction` > 0 the last part of each class's training images becomes the
+    With `validation_fraction` > 0 in `cfg` the last part of each class's training images becomes the
     evaluation set (rotated as the test sweep) and the real test set is left out altogether.
     """
+    validation_fraction = float((cfg or {}).get("validation_fraction", 0.0))
     train_x, train_y = source["train_x"], source["train_y"]
     per_class_train, eval_x, eval_y = [], [], []
-    for j in range(N_CLASSES):
-        imgs = train_x[train_y == j]
+    for j, (kept, held_idx) in enumerate(split_per_class(train_y, N_CLASSES, validation_fraction)):
+        imgs = train_x[kept]
         if validation_fraction > 0:
-            n_val = int(round(len(imgs) * validation_fraction))
-            imgs, held = imgs[: len(imgs) - n_val], imgs[len(imgs) - n_val:]
+            held = train_x[held_idx]
         else:
             held = source["test_x"][source["test_y"] == j]
         per_class_train.append(imgs)

@@ -20,6 +20,7 @@ import torch
 
 from gcl.data.augment import Normalize, TrainAugment
 from gcl.data.class_orders import CLASS_ORDERS
+from gcl.data.split import split_per_class
 from gcl.data.stream import Stream
 
 CROP_PADDING = 4
@@ -52,15 +53,11 @@ def build_benchmark(source: dict, cfg: dict) -> dict:
         rank = torch.empty(len(class_order), dtype=torch.long)
         rank[torch.tensor(class_order)] = torch.arange(len(class_order))
         train_y, test_y, names = rank[train_y], rank[test_y], [names[c] for c in class_order]
-    # every class's indices in source order, from one stable sort (not one scan of the labels per class)
-    by_class = torch.argsort(train_y, stable=True)
-    counts = torch.bincount(train_y, minlength=n_classes)[:n_classes].tolist()
     train_idx, eval_idx = [], []
-    for j, idx in enumerate(torch.split(by_class[:sum(counts)], counts)):
-        n_val = int(round(len(idx) * fraction))
-        train_idx.append(idx[: len(idx) - n_val])
-        eval_idx.append(idx[len(idx) - n_val:])
-        if len(train_idx[-1]) == 0:
+    for j, (kept, held) in enumerate(split_per_class(train_y, n_classes, fraction)):
+        train_idx.append(kept)
+        eval_idx.append(held)
+        if len(kept) == 0:
             raise SequentialConfigError(f"class {j} ({names[j]}) has no training images left "
                                         f"(validation_fraction {fraction})")
     if fraction > 0:
