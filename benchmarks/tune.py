@@ -15,7 +15,6 @@ import itertools
 import math
 import multiprocessing
 import statistics
-import sys
 from concurrent.futures import ProcessPoolExecutor
 
 import torch

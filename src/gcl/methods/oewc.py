@@ -38,8 +38,8 @@ from pydantic import Field
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from gcl.methods import quadratic
-from gcl.methods.base import Method, MethodSettings, TaskData, register
+from gcl.methods.base import MethodSettings, TaskData, register
+from gcl.methods.quadratic import QuadraticPenaltyMethod
 
 
 class OEWCSettings(MethodSettings):
@@ -76,10 +76,12 @@ def diagonal_fisher(net: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int
 
 
 @register
-class OEWC(Method):
+class OEWC(QuadraticPenaltyMethod):
     name = "oewc"
     summary = "online EWC: quadratic penalty weighted by a running diagonal Fisher, updated at task ends"
     needs_boundaries = True
+    importance_attr = "fisher"
+    weight_setting = "e_lambda"
     Settings = OEWCSettings
     state_attrs = ("fisher", "checkpoint")
 
@@ -88,20 +90,8 @@ class OEWC(Method):
         self.fisher: list[torch.Tensor] | None = None       # running Fisher, one tensor per parameter
         self.checkpoint: list[torch.Tensor] | None = None   # theta* at the end of the last task
 
-    def _penalty_terms(self) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """F (theta - theta*) per parameter and the penalty's value e_lambda * sum F (theta - theta*)^2."""
-        return quadratic.penalty_terms(self.params, self.checkpoint, self.fisher, self.cfg["e_lambda"])
-
-    def penalty(self) -> torch.Tensor:
-        """The penalty as a differentiable function of the parameters (0 before the first task ends)."""
-        return quadratic.penalty(self.params, self.checkpoint, self.fisher, self.cfg["e_lambda"], self.ctx.device)
-
     def observe(self, x, y, x_raw):
-        loss = F.cross_entropy(self.net(x), y)
-        for p in self.params:
-            p.grad = None
-        loss.backward()
-        loss = loss.detach()
+        loss = self.task_loss_gradients(x, y)
         if self.fisher is not None:
             weighted, value = self._penalty_terms()
             for p in self.params:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from gcl.methods.base import Method
+
 
 @torch.no_grad()
 def penalty_terms(params: list[torch.Tensor], anchor: list[torch.Tensor], importance: list[torch.Tensor],
@@ -22,3 +24,29 @@ def penalty(params: list[torch.Tensor], anchor: list[torch.Tensor] | None, impor
     if importance is None:
         return torch.zeros((), device=device)
     return weight * sum((f * (p - c).pow(2)).sum() for p, f, c in zip(params, importance, anchor))
+
+
+class QuadraticPenaltyMethod(Method):
+    """A method whose penalty is weight * sum importance (theta - theta*)^2: oEWC and SI. Subclasses name the
+    attribute that holds the importance and the setting that holds the weight."""
+
+    importance_attr: str
+    weight_setting: str
+
+    def _penalty_terms(self) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """importance * (theta - theta*) per parameter and the penalty's value."""
+        return penalty_terms(self.params, self.checkpoint, getattr(self, self.importance_attr),
+                             self.cfg[self.weight_setting])
+
+    def penalty(self) -> torch.Tensor:
+        """The penalty as a differentiable function of the parameters (0 before the first task ends)."""
+        return penalty(self.params, self.checkpoint, getattr(self, self.importance_attr),
+                       self.cfg[self.weight_setting], self.ctx.device)
+
+    def task_loss_gradients(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of the batch, its gradient left in every .grad; returns the detached loss."""
+        loss = torch.nn.functional.cross_entropy(self.net(x), y)
+        for p in self.params:
+            p.grad = None
+        loss.backward()
+        return loss.detach()

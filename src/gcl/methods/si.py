@@ -26,11 +26,10 @@ Against the reference framework (mammoth's `si`):
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 
-from gcl.methods import quadratic
-from gcl.methods.base import Method, MethodSettings, TaskData, register
+from gcl.methods.base import MethodSettings, TaskData, register
+from gcl.methods.quadratic import QuadraticPenaltyMethod
 
 
 class SISettings(MethodSettings):
@@ -40,10 +39,12 @@ class SISettings(MethodSettings):
 
 
 @register
-class SI(Method):
+class SI(QuadraticPenaltyMethod):
     name = "si"
     summary = "Synaptic Intelligence: quadratic penalty weighted by each parameter's path-integral importance"
     needs_boundaries = True
+    importance_attr = "big_omega"
+    weight_setting = "c"
     Settings = SISettings
     state_attrs = ("omega", "big_omega", "checkpoint")
 
@@ -53,20 +54,8 @@ class SI(Method):
         self.big_omega: list[torch.Tensor] | None = None                  # consolidated importance
         self.checkpoint = [p.detach().clone() for p in self.params]        # theta at this task's start = theta*
 
-    def _penalty_terms(self) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """Omega (theta - theta*) per parameter and the penalty's value c * sum Omega (theta - theta*)^2."""
-        return quadratic.penalty_terms(self.params, self.checkpoint, self.big_omega, self.cfg["c"])
-
-    def penalty(self) -> torch.Tensor:
-        """The penalty as a differentiable function of the parameters (0 before the first task ends)."""
-        return quadratic.penalty(self.params, self.checkpoint, self.big_omega, self.cfg["c"], self.ctx.device)
-
     def observe(self, x, y, x_raw):
-        loss = F.cross_entropy(self.net(x), y)
-        for p in self.params:
-            p.grad = None
-        loss.backward()
-        loss = loss.detach()
+        loss = self.task_loss_gradients(x, y)
         with torch.no_grad():
             g_task = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
             if self.big_omega is not None:
