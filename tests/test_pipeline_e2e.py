@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-TOP_LEVEL_SKIP = {".git", "data", "runs", "results", ".gcl-progress", "dvc.lock", ".venv"}
+TOP_LEVEL_SKIP = {".git", "data", "runs", "results", "resolved", ".gcl-progress", "dvc.lock", ".venv"}
 ANYWHERE_SKIP = {"__pycache__", ".pytest_cache", "*.egg-info"}
 
 
