@@ -9,23 +9,35 @@ a run stops `dvc repro` before any training (data preparation does not depend on
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Annotated, Literal
 
 import yaml
-from typing import Literal
+from pydantic import AfterValidator, Field, field_validator
 
-from pydantic import Field, field_validator
-
+from gcl.layout import run_dir
 from gcl.settings import ParamsError, Settings, validate
 
 RUN_KEYS = ("benchmark", "method", "buffer", "epochs", "seeds")   # a run's own keys; the rest are method settings
 DEVICE_PATTERN = r"^(auto|cpu|cuda(:\d+)?)$"
 
 
+def _distinct_seeds(seeds: list[int]) -> list[int]:
+    if any(s < 0 for s in seeds):
+        raise ValueError("seeds must be >= 0")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError("seeds must be distinct (a repeated seed would be counted twice in the std)")
+    return seeds
+
+
+Seeds = Annotated[list[int], Field(min_length=1), AfterValidator(_distinct_seeds)]
+
+
 class TopLevel(Settings):
     """The top level of params.yaml."""
 
-    seeds: list[int] = Field(min_length=1, description="seeds every run is repeated over (distinct, >= 0)")
+    seeds: Seeds = Field(description="seeds every run is repeated over (distinct, >= 0)")
     device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto, cpu, cuda or cuda:N (a CUDA device by index)")
     workers: int = Field(1, ge=1, description="processes that train one run's seeds side by side (speed only)")
     sources: dict[str, dict | None] = Field(description="raw data sources, by name")
@@ -34,14 +46,11 @@ class TopLevel(Settings):
     runs: dict[str, dict] = Field(description="one entry per table cell: benchmark, method, buffer, settings")
     report: dict | None = Field(None, description="what the report draws")
 
-    @field_validator("seeds")
-    @classmethod
-    def _distinct(cls, seeds: list[int]) -> list[int]:
-        if any(s < 0 for s in seeds):
-            raise ValueError("seeds must be >= 0")
-        if len(set(seeds)) != len(seeds):
-            raise ValueError("seeds must be distinct (a repeated seed would be counted twice in the std)")
-        return seeds
+
+class RunSeeds(Settings):
+    """A run's own seeds, overriding the top level's (e.g. CN-DPM's 10 runs)."""
+
+    seeds: Seeds = Field(description="seeds this run is repeated over (distinct, >= 0)")
 
 
 class Visualise(Settings):
@@ -148,7 +157,6 @@ def check_top(params: dict) -> TopLevel:
 
 def read_resolved(path: Path) -> dict:
     """A file that a check@ stage wrote, or an error saying how to make it."""
-    import json
     if not path.exists():
         stage = "check@data" if "data" in path.parts else "check@runs"
         raise ParamsError(f"{path} does not exist: run `dvc repro {stage}` (it validates params.yaml and writes it)")
@@ -203,10 +211,11 @@ def algorithm_of(params: dict, method: str) -> str:
     return algorithm
 
 
-def resolve_run(params: dict, key: str) -> dict:
+def resolve_run(params: dict, key: str, top: TopLevel | None = None) -> dict:
     """One run, fully resolved: {"run": flat settings (benchmark, method, buffer, algorithm, the method's
     settings), "benchmark": the benchmark's training settings (epochs possibly overridden by the run),
-    "seeds", "device"}. Method settings come from the class defaults, then `methods.<method>`, then the run."""
+    "seeds", "device"}. Method settings come from the class defaults, then `methods.<method>`, then the run.
+    `top`: the validated top level, when the caller has it already."""
     from gcl.data.benchmarks import KINDS
     from gcl.methods import METHODS
     runs = params["runs"]
@@ -251,21 +260,23 @@ def resolve_run(params: dict, key: str) -> dict:
                           "has none (general continual: no method is ever told where a task ends); drop this run")
     flat = {"benchmark": bench_name, "method": method, "buffer": buffer, "algorithm": algorithm,
             **settings.model_dump()}
-    top = check_top(params)
-    seeds = top.seeds
-    if "seeds" in run:   # a run repeated over its own seeds (e.g. CN-DPM's 10 runs)
-        seeds = validate(TopLevel, {**params, "seeds": run["seeds"]}, f"{where}").seeds
+    top = top or check_top(params)
+    seeds = validate(RunSeeds, {"seeds": run["seeds"]}, where).seeds if "seeds" in run else top.seeds
     return {"key": key, "run": flat, "benchmark": training, "data": groups["data"], "seeds": seeds,
             "device": top.device}
 
 
-def resolve_report(params: dict) -> dict:
+def resolve_report(params: dict, runs: dict[str, dict] | None = None) -> dict:
     """What the report reads: the runs (flat), the benchmarks' display settings, seeds, the methods' registered
-    display defaults (algorithm, and a class's optional `label` / `paper_row`), and the report block."""
+    display defaults (algorithm, and a class's optional `label` / `paper_row`), and the report block.
+    `runs`: the runs as resolve_run gives them, when the caller has resolved them already."""
     from gcl.data.benchmarks import KINDS
     from gcl.methods import METHODS
     report = validate(ReportSettings, params.get("report"), "report")
-    runs = {key: resolve_run(params, key)["run"] for key in params["runs"]}
+    if runs is None:
+        top = check_top(params)
+        runs = {key: resolve_run(params, key, top) for key in params["runs"]}
+    runs = {key: spec["run"] for key, spec in runs.items()}
     benchmarks = {}
     for name in params["benchmarks"]:
         g = resolve_benchmark(params, name)
@@ -288,9 +299,9 @@ def resolve_report(params: dict) -> dict:
 
 def check_runs(params: dict) -> dict:
     """Every run and the report, resolved; two runs writing one folder are refused."""
-    check_top(params)
+    from gcl.methods import METHODS
+    top = check_top(params)
     for name, block in params["methods"].items():
-        from gcl.methods import METHODS
         algorithm = algorithm_of(params, name)
         shared = {k: v for k, v in (block or {}).items() if k != "algorithm"}
         unknown = sorted(set(shared) - set(METHODS[algorithm].Settings.model_fields))
@@ -299,15 +310,10 @@ def check_runs(params: dict) -> dict:
                               f"{sorted(METHODS[algorithm].Settings.model_fields)} and 'algorithm'")
     runs, folders = {}, {}
     for key in params["runs"]:
-        runs[key] = resolve_run(params, key)
-        folder = run_folder(runs[key]["run"])
+        runs[key] = resolve_run(params, key, top)
+        folder = str(run_dir(runs[key]["run"]))
         if folder in folders:
             raise ParamsError(f"runs.{key} and runs.{folders[folder]} both write {folder}: "
                               "give one of them another benchmark, method or buffer")
         folders[folder] = key
-    return {"runs": runs, "report": resolve_report(params)}
-
-
-def run_folder(run: dict) -> str:
-    from gcl.layout import run_dir
-    return str(run_dir(run))
+    return {"runs": runs, "report": resolve_report(params, runs)}

@@ -68,8 +68,8 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
     train_transform, test_transform = kind.transforms(bench, bench_cfg)
     generator = seed_everything(seed)
     method_cls = METHODS[run_cfg["algorithm"]]
-    make_stream = offline_stream if method_cls.offline else lambda k, *a: k.stream(*a)
-    stream = make_stream(kind, bench, bench_cfg, run_cfg["batch"], generator)
+    stream = (offline_stream(kind, bench, bench_cfg, run_cfg["batch"], generator) if method_cls.offline
+              else kind.stream(bench, bench_cfg, run_cfg["batch"], generator))
     net = build_backbone(bench_cfg["backbone"], bench["input_shape"], bench["n_classes"],
                          channels_last=bench_cfg.get("channels_last", False)).to(device)
     ctx = MethodContext(device=device, n_classes=bench["n_classes"], train_transform=train_transform,
