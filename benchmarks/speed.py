@@ -150,7 +150,8 @@ def time_cell(args) -> None:
     from gcl.config import load_params, resolve_benchmark, resolve_run
     from gcl.data.benchmarks import load_benchmark
     from gcl.layout import benchmark_file
-    from gcl.train import resolve_device, run_seed
+    from gcl.devices import resolve_device
+    from gcl.train import run_seed
 
     params = load_params(args.params)
     spec = resolve_run(params, args.cell)

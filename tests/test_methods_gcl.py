@@ -276,6 +276,35 @@ def test_gss_scores_redundant_samples_high_and_keeps_novel_ones():
     assert (m.buffer.get("labels")[0] == 5).sum() >= 2 and len(m.buffer) == 8
 
 
+def gss_on_resnet(channels_last: bool):
+    from gcl.backbones import build_backbone
+    torch.manual_seed(0)
+    net = build_backbone("resnet18", (3, 8, 8), 10, channels_last=channels_last)
+    ctx = MethodContext(device=CPU, n_classes=10, train_transform=to_unit_float,
+                        generator=torch.Generator().manual_seed(0))
+    return METHODS["gss"](net, {**defaults(METHODS["gss"].Settings), "lr": 0.05, "batch": 4, "replay_batch": 4,
+                                "gss_minibatch": 4, "buffer": 6}, ctx)
+
+
+@pytest.mark.parametrize("channels_last, bf16", [(True, False), (False, True), (True, True)])
+def test_gss_under_channels_last_and_bf16(channels_last, bf16):
+    """Per-sample gradients run under vmap, which can neither make a per-sample input channels_last nor take
+    autocast's bf16 casts through batch norm: they are taken in fp32, the input's layout left as it is."""
+    plain, other = gss_on_resnet(False), gss_on_resnet(channels_last)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):    # the third batch is scored against a filled buffer and replaces rows
+        x = torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8, generator=g)
+        y = torch.randint(0, 10, (4,), generator=g)
+        plain.observe(to_unit_float(x), y, x)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            other.observe(to_unit_float(x), y, x)
+    assert other.buffer.fields["scores"].dtype == torch.float32 and len(other.buffer) == 6
+    assert torch.isfinite(other.buffer.fields["scores"]).all()
+    if not bf16:   # channels_last alone: the same numbers up to the convolutions' float rounding
+        assert torch.allclose(other.buffer.fields["scores"], plain.buffer.fields["scores"], atol=5e-3)
+        assert torch.equal(other.buffer.fields["labels"], plain.buffer.fields["labels"])
+
+
 # --- end to end ------------------------------------------------------------------------------------
 
 RUNS = {

@@ -320,7 +320,8 @@ def _assert_same(a, b):
 
 @pytest.mark.parametrize("name, keys", [
     ("gem", {"mem_x", "mem_y", "mem_sizes"}),
-    ("icarl", {"ex_x", "ex_y", "old_net", "class_means", "seen_hi", "task_lo", "replay_per_step"}),
+    ("icarl", {"ex_x", "ex_y", "old_net", "class_means", "seen_hi", "task_lo", "replay_per_step", "replay_order",
+              "replay_cursor"}),
     ("fdr", {"mem_x", "mem_p", "mem_t", "tasks_seen"}),
     ("hal", {"ring", "anchors", "anchor_classes", "phi"}),
 ])

@@ -56,3 +56,34 @@ def test_an_interrupted_run_resumes_with_its_finished_seeds(project, monkeypatch
     assert calls == [0, 1, 2, 2]                       # seeds 0 and 1 were not trained again
     assert resumed["mean"] == first["mean"]
     assert not (PROGRESS_DIR / "er-50").exists()        # cleared once the run is complete
+
+
+def test_a_run_stopped_inside_a_seed_resumes_from_its_checkpoint(project, monkeypatch):
+    """The stage is stopped in the middle of seed 1; run again, it reuses seed 0, resumes seed 1 from its last
+    checkpoint, and ends with the numbers of a run that never stopped. The checkpoints go once the run is done."""
+    from gcl.methods.er import ER
+    whole = json.loads(train_run(project).read_text())
+    original, calls, steps = ER.observe, [0], whole["seeds"]["0"]["steps"]
+
+    def observe(self, *args):
+        calls[0] += 1
+        if calls[0] == steps + 71:      # seed 0 is done; seed 1 stops at its step 70 (0-based)
+            raise KeyboardInterrupt
+        return original(self, *args)
+
+    monkeypatch.setattr(ER, "observe", observe)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(project, checkpoint_minutes=1e-9)       # a checkpoint after every step
+    assert (PROGRESS_DIR / "er-50" / "seed-1.ckpt").exists()
+    assert not (PROGRESS_DIR / "er-50" / "seed-0.ckpt").exists()   # seed 0 finished: its checkpoint went
+    monkeypatch.setattr(ER, "observe", original)
+    out = train_run(project, checkpoint_minutes=1e-9)
+    resumed = json.loads(out.read_text())
+    for seed in ("0", "1", "2"):
+        a, b = whole["seeds"][seed], resumed["seeds"][seed]
+        assert a["acc_matrix"] == b["acc_matrix"] and a["loss_curve"] == b["loss_curve"]
+        assert a["confusion"] == b["confusion"]
+    log = (out.parent / "train.log").read_text()
+    assert "[er-50 seed 0] finished by an earlier attempt" in log
+    assert f"[er-50 seed 1] resumed from .gcl-progress/er-50/seed-1.ckpt at step 70 of {steps}" in log
+    assert not (PROGRESS_DIR / "er-50").exists()

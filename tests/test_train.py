@@ -1,4 +1,5 @@
 """The training loop: determinism, boundaries hidden from general-continual methods, metrics shape."""
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -96,12 +97,17 @@ def test_joint_sees_each_image_once_and_makes_its_own_epochs(monkeypatch):
     assert r["task_il"] is not None and len(r["acc_matrix"]) == 1
 
 
-def test_a_bf16_run_learns(tiny_mnist360):
+@pytest.mark.parametrize("method", ["er", "coca", "gss"])
+def test_a_bf16_run_learns(method, tiny_mnist360):
     """bf16 autocast is entered per step: one context around the whole stream kept training on autocast's cached
-    bf16 copies of the initial weights, and every method ended at chance."""
+    bf16 copies of the initial weights, and every method ended at chance. CoCa's label propagation and GSS's
+    per-sample gradients run in fp32 inside it."""
     bench, cfg = tiny_mnist360
-    fp32 = run_seed(bench, cfg, er_cfg(), 0, CPU)
-    bf16 = run_seed(bench, {**cfg, "bf16": True}, er_cfg(), 0, CPU)
+    fields = METHODS[method].Settings.model_fields
+    given = {k: v for k, v in {**er_cfg(), "gss_minibatch": 8}.items() if k in fields}
+    run = {**METHODS[method].Settings.model_validate(given).model_dump(), **er_cfg(method=method, algorithm=method)}
+    fp32 = run_seed(bench, cfg, run, 0, CPU)
+    bf16 = run_seed(bench, {**cfg, "bf16": True}, run, 0, CPU)
     chance = 100.0 / 9
     assert fp32["class_il"] > 2.5 * chance and bf16["class_il"] > 2.5 * chance
     assert abs(bf16["class_il"] - fp32["class_il"]) < 10

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -88,6 +90,18 @@ class ResNet18(Backbone):
 
 
 BACKBONES = {"mlp": MLP, "resnet18": ResNet18}
+
+
+@contextmanager
+def inputs_as_given(net: nn.Module) -> Iterator[None]:
+    """Inside it a channels_last network leaves its input's layout as it is: under vmap (GSS's per-sample
+    gradients) a per-sample input cannot be converted, and the convolutions accept either layout."""
+    converts = getattr(net, "channels_last", False)
+    net.channels_last = False
+    try:
+        yield
+    finally:
+        net.channels_last = converts
 
 
 def build_backbone(name: str, input_shape: tuple[int, ...], n_classes: int, channels_last: bool = False) -> Backbone:

@@ -9,6 +9,14 @@ import numpy as np
 import torch
 
 
+def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor of sampling decisions on the training device, without stalling the host: a copy from
+    pageable memory waits for the transfer, one from pinned memory is queued like a kernel."""
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
 def reservoir_slots(seen: int, batch: int, capacity: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """(positions in the batch, buffer slots) that reservoir sampling writes, in one vectorised pass.
 
@@ -60,14 +68,13 @@ class ReservoirBuffer:
         self.seen += batch
         if positions.numel() == 0:
             return
-        positions = positions.to(self.device, non_blocking=True)
-        slots = slots.to(self.device, non_blocking=True)
+        positions, slots = to_device(positions, self.device), to_device(slots, self.device)
         for name, v in values.items():
             self.fields[name].index_copy_(0, slots, v.detach().index_select(0, positions).to(self.fields[name].dtype))
 
     def sample_indices(self, size: int) -> torch.Tensor:
         """Distinct random slots among the filled ones (all of them if fewer than `size`)."""
-        return torch.randperm(len(self), generator=self.generator)[:size].to(self.device, non_blocking=True)
+        return to_device(torch.randperm(len(self), generator=self.generator)[:size], self.device)
 
     def sample(self, size: int, *names: str) -> tuple[torch.Tensor, ...]:
         idx = self.sample_indices(size)

@@ -16,11 +16,11 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import AfterValidator, Field, field_validator
 
+from gcl.devices import DEVICE_PATTERN
 from gcl.layout import run_dir
 from gcl.settings import ParamsError, Settings, validate
 
 RUN_KEYS = ("benchmark", "method", "buffer", "epochs", "seeds")   # a run's own keys; the rest are method settings
-DEVICE_PATTERN = r"^(auto|cpu|cuda(:\d+)?)$"
 
 
 def _distinct_seeds(seeds: list[int]) -> list[int]:
@@ -40,6 +40,8 @@ class TopLevel(Settings):
     seeds: Seeds = Field(description="seeds every run is repeated over (distinct, >= 0)")
     device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto, cpu, cuda or cuda:N (a CUDA device by index)")
     workers: int = Field(1, ge=1, description="processes that train one run's seeds side by side (speed only)")
+    checkpoint_minutes: float = Field(10.0, gt=0, description="a seed saves a checkpoint at every task end and at "
+                                      "least this often, and a stopped run resumes from it (no numbers change)")
     sources: dict[str, dict | None] = Field(description="raw data sources, by name")
     benchmarks: dict[str, dict] = Field(description="benchmarks, by name")
     methods: dict[str, dict | None] = Field(description="named method configurations (rows of the tables)")
@@ -153,6 +155,14 @@ def load_params(path: str | Path = "params.yaml") -> dict:
 
 def check_top(params: dict) -> TopLevel:
     return validate(TopLevel, params, "params.yaml")
+
+
+def resolve_runtime(params: dict, run: dict) -> dict:
+    """How fast, not what: the settings a train stage reads straight from params.yaml (not a dependency of
+    the stage, so changing them re-runs nothing): workers, threads, checkpoint_minutes."""
+    top = check_top(params)
+    threads = resolve_benchmark(params, run["benchmark"])["runtime"]["threads"]
+    return {"workers": top.workers, "threads": threads, "checkpoint_minutes": top.checkpoint_minutes}
 
 
 def read_resolved(path: Path) -> dict:

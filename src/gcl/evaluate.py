@@ -1,7 +1,7 @@
 """Accuracy per evaluation group (a task, or a digit on MNIST-360), Class-IL and Task-IL, and forgetting."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

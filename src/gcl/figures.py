@@ -21,7 +21,6 @@ import numpy as np
 from gcl.config import MAX_LINES
 from gcl.layout import run_dir
 
-
 # ---------------------------------------------------------------------------- data
 
 def task_average_curve(acc_matrix: list[list[float]]) -> list[float]:

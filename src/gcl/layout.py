@@ -6,7 +6,7 @@
     resolved/runs/report.json              check@runs: what the report reads
     data/raw/<source>/data.pt              prepare@<source>
     data/benchmarks/<name>/benchmark.pt    benchmark@<name>
-    runs/<benchmark>/<method>/<buffer>/    train@<run>: metrics.json, features.pt
+    runs/<benchmark>/<method>/<buffer>/    train@<run>: metrics.json, features.pt, train.log
 """
 from __future__ import annotations
 
@@ -42,3 +42,8 @@ def benchmark_file(name: str) -> Path:
 def run_dir(run: dict) -> Path:
     """A run's folder, from its flat settings (benchmark, method, buffer)."""
     return Path("runs") / run["benchmark"] / run["method"] / str(run["buffer"])
+
+
+def run_log(run: dict) -> Path:
+    """A run's log: its progress lines, beside its results."""
+    return run_dir(run) / "train.log"

@@ -33,7 +33,7 @@ class RunLock:
     def __init__(self, path: str | Path, run: str):
         self.path, self.run, self.fd = Path(path), run, None
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:

@@ -1,11 +1,13 @@
 """One run (one table cell: a benchmark, a method, a buffer): train every seed and aggregate.
 
 Each finished seed is saved under .gcl-progress/ with a fingerprint of its settings, of the
-benchmark file and of the library's code, so a run that was interrupted resumes with the seeds it
-had finished; the folder is removed once the run's metrics.json is written.
+benchmark file and of the library's code, and each unfinished one keeps a checkpoint there (gcl.checkpoint),
+so a run that was interrupted goes on where it stopped; the folder is removed once the run's metrics.json
+is written. Progress lines go to stdout and to the run's train.log.
 """
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import shutil
@@ -16,11 +18,14 @@ from pathlib import Path
 import torch
 
 from gcl.atomic import remove_stale_temporaries, save_tensors, write_json
+from gcl.checkpoint import Checkpoint
 from gcl.data.benchmarks import load_benchmark
+from gcl.devices import resolve_device, seed_devices
 from gcl.fingerprint import fingerprint
-from gcl.layout import benchmark_file, run_dir
+from gcl.layout import benchmark_file, run_dir, run_log
 from gcl.processes import RunLock, die_with_parent
-from gcl.train import DivergenceError, resolve_device, run_seed
+from gcl.progress import Progress
+from gcl.train import DivergenceError, run_seed
 
 PROGRESS_DIR = Path(".gcl-progress")
 FEATURE_SAMPLES = 1000   # evaluation images whose final features are kept (first seed) for t-SNE
@@ -33,19 +38,29 @@ def mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
+@functools.lru_cache(maxsize=1)
+def _worker_benchmark(bench_path: str, data_cfg_json: str) -> dict:
+    """A worker's benchmark, loaded once however many seeds the worker trains."""
+    return load_benchmark(bench_path, json.loads(data_cfg_json))
+
+
 def _seed_in_worker(bench_path: str, data_cfg: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: str,
-                    feature_samples: int, threads: int) -> dict:
+                    feature_samples: int, threads: int, progress: Progress, checkpoint: Checkpoint) -> dict:
     """One seed in a fresh process: the same numbers as in the parent (every RNG is seeded per run)."""
     torch.set_num_threads(threads)
-    bench = load_benchmark(bench_path, data_cfg)
-    return run_seed(bench, bench_cfg, run_cfg, seed, torch.device(device), feature_samples)
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    bench = _worker_benchmark(bench_path, json.dumps(data_cfg, sort_keys=True))
+    return run_seed(bench, bench_cfg, run_cfg, seed, device, feature_samples, progress, checkpoint)
 
 
-def train_run(spec: dict, workers: int = 1, threads: int = 1) -> Path:
+def train_run(spec: dict, workers: int = 1, threads: int = 1, checkpoint_minutes: float = 10.0) -> Path:
     """Every seed of the resolved run `spec` (gcl.config.resolve_run); `workers` processes side by side,
-    `threads` CPU threads each (neither changes the numbers). One process at a time per run."""
+    `threads` CPU threads each, a checkpoint at least every `checkpoint_minutes` (none changes the numbers).
+    One process at a time per run."""
     with RunLock(PROGRESS_DIR / f"{spec['key']}.lock", spec["key"]):
-        return _train_run(spec, workers, threads)
+        return _train_run(spec, workers, threads, checkpoint_minutes)
 
 
 def _seed(key: str, seed: int, train, *args, **kwargs) -> dict:
@@ -56,49 +71,58 @@ def _seed(key: str, seed: int, train, *args, **kwargs) -> dict:
         raise DivergenceError(f"run {key}, seed {seed}: {exc}") from None
 
 
-def _train_run(spec: dict, workers: int, threads: int) -> Path:
+def _train_run(spec: dict, workers: int, threads: int, checkpoint_minutes: float) -> Path:
     key, run_cfg, bench_cfg = spec["key"], spec["run"], spec["benchmark"]
-    device = resolve_device(spec["device"])
+    device = resolve_device(spec["device"])      # a bad device stops here, before any training
     torch.set_num_threads(threads)
     bench_path = str(benchmark_file(run_cfg["benchmark"]))
     progress = PROGRESS_DIR / key
     features = progress / "features.pt"
     out_dir = run_dir(run_cfg)
     remove_stale_temporaries(out_dir)     # left by a killed write; DVC restores the outputs themselves
+    log = Progress(key, run_log(run_cfg))
+    log.log.unlink(missing_ok=True)
     data_fingerprint = fingerprint(files=(bench_path,))
 
     seeds, todo = {}, []
     for i, seed in enumerate(spec["seeds"]):
-        done = progress / f"seed-{seed}-{fingerprint(run_cfg, bench_cfg, seed, device.type, data_fingerprint)}.json"
+        seed_print = fingerprint(run_cfg, bench_cfg, seed, device.type, data_fingerprint)
+        done = progress / f"seed-{seed}-{seed_print}.json"
         if done.exists() and (i > 0 or features.exists()):
             # finished by an earlier, interrupted attempt with these exact settings and code
             seeds[str(seed)] = json.loads(done.read_text())
-            print(f"{key}: seed {seed} reused from {done}")
+            log.for_seed(seed).say(f"finished by an earlier attempt: reused from {done}")
         else:
-            todo.append((seed, done, FEATURE_SAMPLES if i == 0 else 0))
+            checkpoint = Checkpoint(progress / f"seed-{seed}.ckpt", seed_print, 60.0 * checkpoint_minutes)
+            todo.append((seed, done, FEATURE_SAMPLES if i == 0 else 0, checkpoint))
 
-    def finished(seed, done, r):
+    def finished(seed, done, r, checkpoint):
         if "features" in r:  # the first seed's final features, for the t-SNE figures
             save_tensors(features, {"seed": seed, **r.pop("features")})
         write_json(done, r)
+        checkpoint.discard()
         seeds[str(seed)] = r
-        print(f"{key}: seed {seed} class-il {r['class_il']:.2f} in {r['train_seconds']:.1f}s "
-              f"({r['samples_per_second']:.0f} samples/s)", flush=True)
+        log.for_seed(seed).say(f"done: class-il {r['class_il']:.2f} in {r['train_seconds']:.1f}s "
+                               f"({r['samples_per_second']:.0f} samples/s)")
 
     workers = min(workers, len(todo))
-    if workers > 1:   # seeds are independent: spread them over processes (CPU cores, or one GPU)
+    devices = seed_devices(device, len(todo))   # on several visible GPUs, seeds take turns over them
+    log.say(f"{len(todo)} seed(s) to train on {', '.join(sorted(set(map(str, devices)))) or device}, "
+            f"{max(workers, 1)} process(es)")
+    if workers > 1:   # seeds are independent: spread them over processes (CPU cores, or GPUs)
         # fork starts a worker in milliseconds (the parent has run no torch op yet); CUDA needs spawn
         context = multiprocessing.get_context("fork" if device.type == "cpu" else "spawn")
         with ProcessPoolExecutor(workers, mp_context=context, initializer=die_with_parent) as pool:
-            jobs = [(seed, done, pool.submit(_seed, key, seed, _seed_in_worker, bench_path, spec["data"], bench_cfg,
-                                             run_cfg, seed, device.type, n, threads))
-                    for seed, done, n in todo]
-            for seed, done, job in jobs:
-                finished(seed, done, job.result())
+            jobs = [(seed, done, ckpt, pool.submit(_seed, key, seed, _seed_in_worker, bench_path, spec["data"], bench_cfg,
+                                             run_cfg, seed, str(dev), n, threads, log.for_seed(seed), ckpt))
+                    for (seed, done, n, ckpt), dev in zip(todo, devices)]
+            for seed, done, ckpt, job in jobs:
+                finished(seed, done, job.result(), ckpt)
     elif todo:
         bench = load_benchmark(bench_path, spec["data"])
-        for seed, done, n in todo:
-            finished(seed, done, _seed(key, seed, run_seed, bench, bench_cfg, run_cfg, seed, device, feature_samples=n))
+        for (seed, done, n, ckpt), dev in zip(todo, devices):
+            finished(seed, done, _seed(key, seed, run_seed, bench, bench_cfg, run_cfg, seed, dev,
+                                       feature_samples=n, progress=log.for_seed(seed), checkpoint=ckpt), ckpt)
     seeds = {str(s): seeds[str(s)] for s in spec["seeds"]}
 
     stats = {m: mean_std([s[m] for s in seeds.values()]) for m in ("class_il", "task_il", "forgetting")}

@@ -10,22 +10,16 @@ import numpy as np
 import torch
 
 from gcl.backbones import build_backbone
+from gcl.checkpoint import Checkpoint, restore_rng_states, rng_states
 from gcl.data.benchmarks import kind_of
 from gcl.evaluate import Evaluator, summarise
 from gcl.methods import METHODS, MethodContext
 from gcl.methods.base import TaskData
+from gcl.progress import Progress, StreamProgress
 
 
 class DivergenceError(RuntimeError):
     """Training produced a non-finite loss or parameters, or a network that predicts one class for everything."""
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("params.yaml asks for device: cuda, but no CUDA device is visible; use device: auto or cpu")
-    return torch.device(name)
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -58,11 +52,13 @@ class Timer:
 
 
 def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: torch.device,
-             feature_samples: int = 0) -> dict:
+             feature_samples: int = 0, progress: Progress | None = None, checkpoint: Checkpoint | None = None) -> dict:
     """Train `run_cfg`'s method over the benchmark stream and return this seed's metrics.
 
     With `feature_samples` > 0 the result also holds "features": the final network's penultimate
     features of that many evaluation images (for t-SNE), which the caller stores apart from the JSON.
+    `progress` receives a line at every evaluation and at least every minute; with `checkpoint` the seed
+    resumes from its saved state (if one with the same fingerprint exists) and saves it as it goes.
     """
     kind = kind_of(bench_cfg)
     train_transform, test_transform = kind.transforms(bench, bench_cfg)
@@ -82,7 +78,14 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
     def amp():
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bench_cfg.get("bf16", False))
 
-    result = _stream_loop(method, stream, train_transform, evaluate, kind.has_tasks, device, amp)
+    loop = StreamLoop(method, stream, train_transform, evaluate, kind.has_tasks, device, amp)
+    progress = progress or Progress(run_cfg.get("method", run_cfg["algorithm"]), seed=seed)
+    saved = checkpoint.load(progress.say) if checkpoint else None
+    if saved is not None:
+        loop.restore(saved)
+        progress.say(f"resumed from {checkpoint.path} at step {loop.step} of {stream.steps}")
+    epochs = 1 if method_cls.offline else bench_cfg["epochs"]
+    result = loop.run(StreamProgress(progress, stream, kind.has_tasks, epochs, loop.step), checkpoint)
     with amp():
         net.eval()
         result["confusion"] = evaluate.confusion(method.predict, bench["n_classes"])
@@ -102,75 +105,131 @@ def offline_stream(kind, bench: dict, bench_cfg: dict, batch: int, generator: to
     return dataclasses.replace(kind.stream(bench, {**bench_cfg, "epochs": 1}, batch, generator), eval_after=[])
 
 
-def _stream_loop(method, stream, train_transform, evaluate: Evaluator, has_tasks: bool,
-                 device: torch.device, amp=contextlib.nullcontext) -> dict:
-    """Feed the stream batch by batch, evaluating at segment/task ends; boundaries reach only methods
-    that declare they need them, and only on benchmarks that have tasks."""
-    net = method.net
-    tell_boundaries = method.needs_boundaries and has_tasks
-    pool, labels = stream.images.to(device), stream.labels.to(device)
-    order, bounds = stream.order.to(device), stream.bounds
-    eval_after, task_ends = set(stream.eval_after), stream.task_ends
-    rows, loss_curve = [], []
-    loss_sum, loss_steps = torch.zeros((), device=device), 0
-    # the first step whose loss was not finite (-1: none), kept on the device and read at evaluations only
-    first_bad = torch.full((), -1, dtype=torch.long, device=device)
-    task = 0
-    timer = Timer(device)
+def last_accuracy(rows: list[dict], has_tasks: bool) -> float | None:
+    """The latest evaluation's Class-IL accuracy: over the tasks seen so far, or the whole set (MNIST-360)."""
+    if not rows:
+        return None
+    if not has_tasks:
+        return rows[-1]["overall"]
+    seen = rows[-1]["class_il"][:len(rows)]
+    return sum(seen) / len(seen)
 
-    def task_data(t: int) -> TaskData:
-        idx = stream.task_pool(t).to(device)
-        return TaskData(index=t, x_raw=pool[idx], y=labels[idx], classes=stream.task_classes[t])
 
-    def check_finite(step: int):
-        bad = int(first_bad)
+class StreamLoop:
+    """Feeds the stream batch by batch, evaluating at segment/task ends; boundaries reach only methods that
+    declare they need them, and only on benchmarks that have tasks. Its position and bookkeeping, with the
+    method's state and the random states, make a checkpoint (`state` / `restore`)."""
+
+    def __init__(self, method, stream, train_transform, evaluate: Evaluator, has_tasks: bool,
+                 device: torch.device, amp=contextlib.nullcontext):
+        self.method, self.stream, self.train_transform = method, stream, train_transform
+        self.evaluate, self.has_tasks, self.device, self.amp = evaluate, has_tasks, device, amp
+        self.tell_boundaries = method.needs_boundaries and has_tasks
+        self.pool, self.labels = stream.images.to(device), stream.labels.to(device)
+        self.step = 0          # the next step to run
+        self.task = 0
+        self.rows, self.loss_curve = [], []
+        self.loss_sum, self.loss_steps = torch.zeros((), device=device), 0
+        # the first step whose loss was not finite (-1: none), kept on the device and read at evaluations only
+        self.first_bad = torch.full((), -1, dtype=torch.long, device=device)
+        self.seconds = 0.0     # training time of earlier attempts (a resumed seed)
+
+    # -------------------------------------------------------------- checkpoints
+
+    def state(self, seconds: float) -> dict:
+        """What a checkpoint holds; `seconds`: the training time of this and earlier attempts."""
+        return {"loop": {"step": self.step, "task": self.task, "rows": self.rows, "loss_curve": self.loss_curve,
+                         "loss_sum": self.loss_sum.cpu(), "loss_steps": self.loss_steps,
+                         "first_bad": self.first_bad.cpu(), "seconds": seconds},
+                "method": self.method.state_dict(),
+                "rng": rng_states(self.method.ctx.generator, self.device)}
+
+    def restore(self, saved: dict) -> None:
+        loop = saved["loop"]
+        self.step, self.task, self.loss_steps, self.seconds = loop["step"], loop["task"], loop["loss_steps"], loop["seconds"]
+        self.rows, self.loss_curve = loop["rows"], loop["loss_curve"]
+        self.loss_sum = loop["loss_sum"].to(self.device)
+        self.first_bad = loop["first_bad"].to(self.device)
+        self.method.load_state_dict(saved["method"])
+        restore_rng_states(saved["rng"], self.method.ctx.generator, self.device)
+
+    # -------------------------------------------------------------- the loop
+
+    def task_data(self, t: int) -> TaskData:
+        idx = self.stream.task_pool(t).to(self.device)
+        return TaskData(index=t, x_raw=self.pool[idx], y=self.labels[idx], classes=self.stream.task_classes[t])
+
+    def check_finite(self, step: int) -> None:
+        steps = self.stream.steps
+        bad = int(self.first_bad)
         if bad >= 0:
-            raise DivergenceError(f"the loss became non-finite (NaN or inf) at step {bad} of {stream.steps}: the "
+            raise DivergenceError(f"the loss became non-finite (NaN or inf) at step {bad} of {steps}: the "
                                   "learning rate or a loss weight is probably too high")
-        if not all(bool(torch.isfinite(p).all()) for p in method.params):
-            raise DivergenceError(f"the network's parameters are no longer finite after step {step} of {stream.steps}: "
+        if not all(bool(torch.isfinite(p).all()) for p in self.method.params):
+            raise DivergenceError(f"the network's parameters are no longer finite after step {step} of {steps}: "
                                   "the learning rate or a loss weight is probably too high")
 
-    def evaluate_now():
+    def evaluate_now(self) -> None:
+        net = self.method.net
         net.eval()
-        with amp():
-            rows.append(evaluate(method.predict))
+        with self.amp():
+            self.rows.append(self.evaluate(self.method.predict))
         net.train()
 
-    net.train()
-    timer.start()
-    if tell_boundaries:
-        current = task_data(0)
-        with amp():
-            method.begin_task(current)
-    for step in range(stream.steps):
-        idx = order[bounds[step]:bounds[step + 1]]
-        x_raw, y = pool[idx], labels[idx]
-        with amp():
-            loss = method.observe(train_transform(x_raw), y, x_raw)
-        loss_sum += loss
-        first_bad.masked_fill_((first_bad < 0) & ~torch.isfinite(loss), step)
-        loss_steps += 1
-        if tell_boundaries and step == task_ends[task]:
-            with amp():
-                method.end_task(current)
-            task += 1
-            if task < len(task_ends):
-                current = task_data(task)
+    def run(self, progress: StreamProgress, checkpoint: Checkpoint | None = None) -> dict:
+        method, stream, amp = self.method, self.stream, self.amp
+        order, bounds = stream.order.to(self.device), stream.bounds
+        eval_after, task_ends = set(stream.eval_after), stream.task_ends
+        timer = Timer(self.device)
+        method.net.train()
+        timer.start()
+        current = None
+        if self.tell_boundaries and self.task < len(task_ends):
+            current = self.task_data(self.task)
+            if self.step == 0:   # a resumed seed's begin_task ran before its checkpoint
                 with amp():
                     method.begin_task(current)
-        if step in eval_after:
-            timer.stop()
-            check_finite(step)
-            loss_curve.append(float(loss_sum) / max(loss_steps, 1))
-            loss_sum.zero_()
-            loss_steps = 0
-            evaluate_now()
-            timer.start()
-    with amp():
-        method.finish()
-    timer.stop()
-    check_finite(stream.steps - 1)
-    if not rows:          # an offline method (JOINT) is evaluated once, after its own training
-        evaluate_now()
-    return summarise(rows, loss_curve, has_tasks, stream.steps, stream.n_samples, timer.total)
+        for step in range(self.step, stream.steps):
+            idx = order[bounds[step]:bounds[step + 1]]
+            x_raw, y = self.pool[idx], self.labels[idx]
+            with amp():
+                loss = method.observe(self.train_transform(x_raw), y, x_raw)
+            self.loss_sum += loss
+            self.first_bad.masked_fill_((self.first_bad < 0) & ~torch.isfinite(loss), step)
+            self.loss_steps += 1
+            task_ended = bool(task_ends) and step == task_ends[self.task]
+            if task_ended:
+                self.task += 1
+                if self.tell_boundaries:
+                    with amp():
+                        method.end_task(current)
+                    if self.task < len(task_ends):
+                        current = self.task_data(self.task)
+                        with amp():
+                            method.begin_task(current)
+            evaluated = step in eval_after
+            if evaluated:
+                timer.stop()
+                self.check_finite(step)
+                self.loss_curve.append(float(self.loss_sum) / max(self.loss_steps, 1))
+                self.loss_sum.zero_()
+                self.loss_steps = 0
+                self.evaluate_now()
+                timer.start()
+            self.step = step + 1
+            # a line at each task end, at the end, and at least every minute (MNIST-360's segments are too many)
+            if task_ended or self.step == stream.steps or progress.due():
+                progress.report(step, last_accuracy(self.rows, self.has_tasks))
+            # an offline method (JOINT) holds the stream it has kept: not worth saving at every task end
+            if checkpoint is not None and self.step < stream.steps and checkpoint.due(task_ended and not method.offline):
+                timer.stop()
+                checkpoint.save(self.state(seconds=self.seconds + timer.total))
+                timer.start()
+        with amp():
+            method.finish()
+        timer.stop()
+        self.check_finite(stream.steps - 1)
+        if not self.rows:          # an offline method (JOINT) is evaluated once, after its own training
+            self.evaluate_now()
+        return summarise(self.rows, self.loss_curve, self.has_tasks, stream.steps, stream.n_samples,
+                         self.seconds + timer.total)

@@ -8,7 +8,7 @@ training loop seeds per run, so CPU runs are reproducible and nothing is synchro
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F

@@ -1,9 +1,10 @@
 """Benchmark builders by kind: from a prepared source to tensors on disk, and from those to a stream."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal, TypedDict
+from typing import Literal, TypedDict
 
 import torch
 from pydantic import Field

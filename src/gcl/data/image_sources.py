@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-
 from pydantic import Field
 
 from gcl.data.sources import SourceError, SourceSettings, register_source

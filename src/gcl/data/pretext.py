@@ -28,6 +28,8 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
+from gcl.buffer import to_device
+
 N_ROTATIONS = 4
 # (width fraction, height fraction) of each centred crop, in the input's normalised coordinates
 SHAPES = {
@@ -91,5 +93,5 @@ def random_pretext(images: torch.Tensor, variant: str, generator: torch.Generato
     identical on CPU and GPU and nothing waits on the device.
     """
     labels = torch.randint(0, n_pretext_classes(variant), (images.shape[0],), generator=generator)
-    labels = labels.to(images.device, non_blocking=True)
+    labels = to_device(labels, images.device)
     return apply_pretext(images, labels, variant), labels

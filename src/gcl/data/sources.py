@@ -8,9 +8,9 @@ so that benchmark builders never care where the pixels came from.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -189,4 +189,4 @@ def mnist_full(cfg: dict, download_dir: Path) -> dict:
             "classes": [str(d) for d in range(10)]}
 
 
-from gcl.data import image_sources  # noqa: E402,F401  (registers cifar10, cifar100, tinyimagenet)
+from gcl.data import image_sources  # noqa: F401  (registers cifar10, cifar100, tinyimagenet)

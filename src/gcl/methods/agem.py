@@ -6,11 +6,10 @@ batch. The buffer is a reservoir over the stream (no per-task memories, no bound
 """
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
-
 from typing import Literal
 
+import torch
+import torch.nn.functional as F
 from pydantic import Field
 
 from gcl.data.transforms import to_unit_float

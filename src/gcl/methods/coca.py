@@ -56,15 +56,14 @@ General continual: no task boundary is used or accepted (needs_boundaries stays 
 """
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import nn
 
 from gcl.data.pretext import n_pretext_classes, random_pretext
-from typing import Literal
-
-from pydantic import Field
-
 from gcl.methods.base import Method, ReplaySettings, register
 
 AFFINITIES = ("paper", "code")
@@ -94,10 +93,14 @@ def affinity(z: torch.Tensor, mode: str = "paper", c: float = 1.0) -> torch.Tens
 def propagate(s_hat: torch.Tensor, o: torch.Tensor, omega: float) -> torch.Tensor:
     """Closed-form label propagation Q = (1 - omega) (I - omega S_hat)^-1 o (Eq. 10), as a linear solve.
 
-    S_hat is row-stochastic, so its spectral radius is 1 and I - omega S_hat is invertible for omega < 1.
+    S_hat is row-stochastic, so I - omega S_hat is strictly diagonally dominant, and invertible, for
+    omega < 1: `solve_ex` skips `solve`'s singularity check, which would wait for the GPU at every step.
+    Solved in at least fp32 (under bf16 autocast the inputs may arrive in bf16, which the solver does not take).
     """
+    dtype = torch.promote_types(torch.promote_types(s_hat.dtype, o.dtype), torch.float32)
+    s_hat, o = s_hat.to(dtype), o.to(dtype)
     eye = torch.eye(s_hat.shape[0], dtype=s_hat.dtype, device=s_hat.device)
-    return (1.0 - omega) * torch.linalg.solve(eye - omega * s_hat, o)
+    return (1.0 - omega) * torch.linalg.solve_ex(eye - omega * s_hat, o).result
 
 
 def collaborative_target(o: torch.Tensor, o_hat: torch.Tensor, z: torch.Tensor, omega: float, gamma: float,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-
 from pydantic import Field
 
 from gcl.methods.base import Method, ReplaySettings, register

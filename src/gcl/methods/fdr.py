@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from gcl.buffer import to_device
 from gcl.methods.base import Method, ReplaySettings, TaskData, register
 
 
@@ -53,7 +54,7 @@ class FDR(Method):
         if self.mem_x is None:
             return loss
         idx = torch.randperm(len(self.mem_x), generator=self.ctx.generator)[:self.cfg["replay_batch"]]
-        idx = idx.to(self.mem_x.device, non_blocking=True)
+        idx = to_device(idx, self.mem_x.device)
         buf_x = self.ctx.train_transform(self.mem_x.index_select(0, idx))
         return self.sgd_step(function_distance(self.net(buf_x), self.mem_p.index_select(0, idx)))
 

@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch.func import functional_call, grad, vmap
 
-from gcl.buffer import ReservoirBuffer
+from gcl.backbones import inputs_as_given
+from gcl.buffer import ReservoirBuffer, to_device
 from gcl.data.transforms import to_unit_float
 from gcl.methods.base import Method, ReplaySettings, register
 
@@ -84,7 +85,7 @@ class GSSBuffer(ReservoirBuffer):
         """
         n = values["examples"].shape[0] - start
         scores = self.fields["scores"]
-        u, r = torch.rand(2, n, generator=self.generator).to(self.device, non_blocking=True)
+        u, r = to_device(torch.rand(2, n, generator=self.generator), self.device)
         cdf = torch.cumsum(scores, 0)
         # inverse-CDF draw: slot i with probability scores[i] / sum(scores); the clamp guards rounding
         cand = torch.searchsorted(cdf, u * cdf[-1], right=True).clamp_max(self.capacity - 1)
@@ -133,11 +134,14 @@ class GSS(Method):
 
     def per_sample_grads(self, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
         """Each sample's loss gradient, one (N, n_k) tensor per parameter. In eval mode, as the reference
-        does: BatchNorm then uses its running statistics and a single sample is a valid batch."""
+        does: BatchNorm then uses its running statistics and a single sample is a valid batch. In fp32
+        outside any bf16 autocast (whose casts do not pass through vmap's batch norm), with the input's
+        layout left as it is (vmap cannot make a per-sample input channels_last)."""
         was_training = self.net.training
         self.net.eval()
         params = {k: p.detach() for k, p in self.net.named_parameters()}
-        grads = self._per_sample_grads(params, x, y)
+        with torch.autocast(x.device.type, enabled=False), inputs_as_given(self.net):
+            grads = self._per_sample_grads(params, x.float(), y)
         self.net.train(was_training)
         return [g.flatten(1) for g in grads.values()]
 

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
+from gcl.buffer import to_device
 from gcl.methods.base import Method, ReplaySettings, TaskData, register
 
 
@@ -89,7 +90,7 @@ class RingBuffer:
         if self._enough < size:      # early on: how many are filled decides the batch size (host read)
             self._enough = int(self.filled().sum())
         n = min(size, self._enough)
-        keys = torch.rand(self.slots, generator=self.generator).to(self.device, non_blocking=True)
+        keys = to_device(torch.rand(self.slots, generator=self.generator), self.device)
         keys = keys.masked_fill(~self.filled(), 2.0)          # empty slots sort last
         idx = keys.topk(n, largest=False).indices
         return self.examples.index_select(0, idx), self.labels.index_select(0, idx)

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
+from gcl.buffer import to_device
 from gcl.methods.base import Method, MethodSettings, TaskData, register
 
 
@@ -74,7 +75,8 @@ class ICaRL(Method):
     uses_buffer = True
     reservoir = False       # a memory of its own (below), not the shared reservoir
     Settings = ICaRLSettings
-    state_attrs = ("ex_x", "ex_y", "old_net", "class_means", "seen_hi", "task_lo", "replay_per_step")
+    state_attrs = ("ex_x", "ex_y", "old_net", "class_means", "seen_hi", "task_lo", "replay_per_step", "replay_order",
+                   "replay_cursor")
 
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)
@@ -86,8 +88,8 @@ class ICaRL(Method):
         self.seen_hi = 0        # classes [0, seen_hi) have been trained on
         self.task_lo = 0        # first class of the current task
         self.eye = torch.eye(ctx.n_classes, device=ctx.device)
-        self._order = None      # replay: this pass's order over the exemplars, and where it stands
-        self._cursor = 0
+        self.replay_order = None      # replay: this pass's order over the exemplars, and where it stands
+        self.replay_cursor = 0
         self.replay_per_step = 0     # exemplars appended to each stream batch in this task
         self._means_stale = False
 
@@ -98,18 +100,18 @@ class ICaRL(Method):
         if self.ex_x is not None:
             steps = math.ceil(len(task.y) / self.cfg["batch"])
             self.replay_per_step = math.ceil(len(self.ex_y) / steps)
-            self._order, self._cursor = None, 0
+            self.replay_order, self.replay_cursor = None, 0
 
     def _next_exemplars(self) -> torch.Tensor:
         """Indices of the next k exemplars of this pass's random order (a new order when it runs out)."""
         n = len(self.ex_y)
-        if self._order is None or self._cursor + self.replay_per_step > n:
-            rest = self._order[self._cursor:] if self._order is not None else self._order
-            fresh = torch.randperm(n, generator=self.ctx.generator).to(self.ex_y.device, non_blocking=True)
-            self._order = fresh if rest is None else torch.cat([rest, fresh])
-            self._cursor = 0
-        idx = self._order[self._cursor:self._cursor + self.replay_per_step]
-        self._cursor += self.replay_per_step
+        if self.replay_order is None or self.replay_cursor + self.replay_per_step > n:
+            rest = self.replay_order[self.replay_cursor:] if self.replay_order is not None else self.replay_order
+            fresh = to_device(torch.randperm(n, generator=self.ctx.generator), self.ex_y.device)
+            self.replay_order = fresh if rest is None else torch.cat([rest, fresh])
+            self.replay_cursor = 0
+        idx = self.replay_order[self.replay_cursor:self.replay_cursor + self.replay_per_step]
+        self.replay_cursor += self.replay_per_step
         return idx
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -196,7 +198,6 @@ class ICaRL(Method):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self._means_stale = True     # recomputed from the restored exemplars and network when next needed
-        self._order, self._cursor = None, 0
 
     def extra_metrics(self) -> dict:
         n = 0 if self.ex_y is None else len(self.ex_y)

@@ -10,6 +10,7 @@ class Joint(Method):
     name = "joint"
     summary = "offline upper bound: keeps the stream, then trains on it shuffled for `epochs` passes"
     offline = True
+    state_attrs = ("seen_x", "seen_y")   # the stream kept so far
 
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)

@@ -30,7 +30,7 @@ How it is computed, and where it departs from the reference framework (mammoth's
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

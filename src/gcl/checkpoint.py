@@ -1,0 +1,94 @@
+"""Checkpoints inside a seed: everything a stopped seed needs to go on as if it had never stopped.
+
+A checkpoint holds the method's state (network, buffer, cross-task attributes), the training loop's
+position and bookkeeping (step, evaluation rows, loss sums) and every random state the seed draws from
+(the run's generator, Python, NumPy, torch CPU and CUDA). It is written atomically at task ends and at
+least every `checkpoint_minutes`, and carries the fingerprint of the seed's settings, data and code: a
+checkpoint with another fingerprint is refused (named, and deleted) and the seed starts afresh.
+"""
+from __future__ import annotations
+
+import pickle
+import random
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gcl.atomic import save_tensors
+
+
+def rng_states(generator: torch.Generator, device: torch.device) -> dict:
+    """Every random state a seed draws from, as tensors and plain values (loadable with weights_only)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "run": generator.get_state(),
+        "python": random.getstate(),
+        "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+    }
+
+
+def restore_rng_states(states: dict, generator: torch.Generator, device: torch.device) -> None:
+    generator.set_state(states["run"])
+    version, internal, gauss = states["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = states["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(states["torch"])
+    if device.type == "cuda":
+        if states["cuda"] is None:
+            raise ValueError("this checkpoint was written on the CPU and cannot resume on CUDA")
+        torch.cuda.set_rng_state(states["cuda"], device)
+
+
+@dataclass
+class Checkpoint:
+    """One seed's checkpoint file. Picklable, so that a worker process can be handed it."""
+
+    path: Path
+    fingerprint: str
+    every_seconds: float
+
+    def __post_init__(self):
+        self._last = time.monotonic()
+
+    def __getstate__(self):
+        return {"path": self.path, "fingerprint": self.fingerprint, "every_seconds": self.every_seconds}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._last = time.monotonic()
+
+    def due(self, task_ended: bool) -> bool:
+        return task_ended or time.monotonic() - self._last >= self.every_seconds
+
+    def save(self, state: dict) -> None:
+        save_tensors(self.path, {"fingerprint": self.fingerprint, **state})
+        self._last = time.monotonic()
+
+    def load(self, say) -> dict | None:
+        """The saved state, or None when there is none; a checkpoint of other settings, data or code (or one
+        that cannot be read) is refused with a line through `say` and deleted."""
+        if not self.path.exists():
+            return None
+        try:
+            state = torch.load(self.path, map_location="cpu", weights_only=True)
+        except (RuntimeError, OSError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as exc:
+            # a truncated or foreign file: never half-trust it
+            reason = f"it cannot be read ({type(exc).__name__}: {exc})"
+        else:
+            if state.get("fingerprint") == self.fingerprint:
+                return state
+            reason = (f"it was written for other settings, data or code (fingerprint {state.get('fingerprint')}, "
+                      f"this seed's is {self.fingerprint})")
+        say(f"checkpoint {self.path} refused: {reason}; it is deleted and the seed starts from the beginning")
+        self.discard()
+        return None
+
+    def discard(self) -> None:
+        self.path.unlink(missing_ok=True)

@@ -1,0 +1,158 @@
+"""Checkpoints inside a seed: a seed stopped mid-stream and started again ends with exactly the numbers of a
+seed that never stopped (CPU), for every method; a checkpoint of other settings is refused."""
+import math
+
+import pytest
+import torch
+
+from gcl.checkpoint import Checkpoint, restore_rng_states, rng_states
+from gcl.data import sequential
+from gcl.methods import METHODS
+from gcl.progress import Progress
+from gcl.train import run_seed
+from helpers import synthetic_source
+
+CPU = torch.device("cpu")
+# small settings for every method (what the loop needs to run, not tuned values)
+SETTINGS = {
+    "sgd": {}, "joint": {}, "er": {}, "agem": {}, "coca": {},
+    "der": {"alpha": 0.3}, "derpp": {"alpha": 0.3, "beta": 0.5},
+    "gss": {"gss_minibatch": 4}, "gem": {}, "icarl": {}, "fdr": {},
+    "hal": {"hal_lambda": 0.1, "beta": 0.5, "gamma": 0.1, "anchor_steps": 3, "finetune_steps": 1},
+    "lwf": {"alpha": 1.0}, "oewc": {"e_lambda": 10.0}, "si": {"c": 1.0},
+    "cndpm": {"arch": "mlp", "lr_vae": 1e-3, "log_alpha": -60.0, "stm_capacity": 20, "sleep_steps_vae": 20,
+              "sleep_steps_cls": 20, "sleep_batch": 10, "z_dim": 4, "z_samples": 2, "vae_width": 8, "vae_ext": 4,
+              "cls_width": 8, "cls_ext": 4},
+}
+TIMINGS = ("train_seconds", "samples_per_second")
+
+
+class Stopped(Exception):
+    """Stands in for a killed process."""
+
+
+def run_cfg(name: str, buffer=30) -> dict:
+    cls = METHODS[name]
+    settings = cls.Settings.model_validate({"lr": 0.05, "batch": 4, "replay_batch": 4, **SETTINGS[name]}
+                                           if "replay_batch" in cls.Settings.model_fields
+                                           else {"lr": 0.05, "batch": 4, **SETTINGS[name]})
+    return {"method": name, "algorithm": name, "buffer": buffer if cls.uses_buffer else "none",
+            **settings.model_dump()}
+
+
+@pytest.fixture(scope="module")
+def seq():
+    cfg = {"kind": "sequential", "source": "s", "backbone": "mlp", "epochs": 2, "n_tasks": 3,
+           "classes_per_task": 2, "augment": True}   # augmentation: the transforms' random draws resume too
+    return sequential.build_benchmark(synthetic_source(per_class=12, test_per_class=4, classes=6), cfg), cfg
+
+
+def stop_at(monkeypatch, cls, calls: int):
+    """Make `cls.observe` raise on its `calls`-th call (0-based), as a kill would stop the stream there."""
+    original, seen = cls.observe, [0]
+
+    def observe(self, *args):
+        if seen[0] == calls:
+            raise Stopped
+        seen[0] += 1
+        return original(self, *args)
+
+    monkeypatch.setattr(cls, "observe", observe)
+
+
+def interrupted_run(monkeypatch, tmp_path, bench, cfg, run, stop: int, every: float) -> tuple[dict, list[str]]:
+    """Stop the seed at stream step `stop`, then run it again from its checkpoint; returns the result and the
+    progress lines."""
+    ckpt = Checkpoint(tmp_path / "seed-0.ckpt", "fp", every)
+    lines = []
+    progress = Progress("cell", tmp_path / "train.log", seed=0)
+    with monkeypatch.context() as m:
+        stop_at(m, METHODS[run["algorithm"]], stop)
+        with pytest.raises(Stopped):
+            run_seed(bench, cfg, run, 0, CPU, progress=progress, checkpoint=ckpt)
+    assert ckpt.path.exists()
+    result = run_seed(bench, cfg, run, 0, CPU, progress=progress, checkpoint=ckpt)
+    lines = (tmp_path / "train.log").read_text().splitlines()
+    return result, lines
+
+
+def same_numbers(a: dict, b: dict) -> None:
+    assert set(a) == set(b)
+    for key in a:
+        if key not in TIMINGS:
+            assert a[key] == b[key], key
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_a_stopped_seed_resumes_to_the_same_numbers(name, seq, monkeypatch, tmp_path):
+    """A checkpoint after every step; the stream stops in the middle of the second task (epoch 2)."""
+    bench, cfg = seq
+    run = run_cfg(name)
+    plain = run_seed(bench, cfg, run, 0, CPU)
+    steps = plain["steps"]
+    resumed, lines = interrupted_run(monkeypatch, tmp_path, bench, cfg, run, stop=steps // 2 + 2, every=0.0)
+    same_numbers(plain, resumed)
+    assert any(f"resumed from {tmp_path / 'seed-0.ckpt'} at step {steps // 2 + 2} of {steps}" in line
+               for line in lines)
+
+
+@pytest.mark.parametrize("name", ["er", "derpp", "coca", "lwf", "icarl"])
+def test_resume_from_the_last_task_end(name, seq, monkeypatch, tmp_path):
+    """Checkpoints at task ends only: the seed goes back to the end of task 1 (begin_task of task 2 already ran
+    before that checkpoint, and does not run twice)."""
+    bench, cfg = seq
+    run = run_cfg(name)
+    plain = run_seed(bench, cfg, run, 0, CPU)
+    resumed, lines = interrupted_run(monkeypatch, tmp_path, bench, cfg, run, stop=plain["steps"] - 2, every=math.inf)
+    same_numbers(plain, resumed)
+    task_end = plain["steps"] // 3
+    assert any(f"at step {2 * task_end} of" in line for line in lines)   # the end of task 2
+
+
+@pytest.mark.parametrize("name", ["er", "derpp", "coca"])
+def test_mnist360_resumes_to_the_same_numbers(name, tiny_mnist360, monkeypatch, tmp_path):
+    """No tasks: checkpoints come by time only (here after every step)."""
+    bench, cfg = tiny_mnist360
+    run = {**run_cfg(name, buffer=50), "benchmark": "mnist-360"}
+    plain = run_seed(bench, cfg, run, 0, CPU)
+    resumed, _ = interrupted_run(monkeypatch, tmp_path, bench, cfg, run, stop=plain["steps"] // 3, every=0.0)
+    same_numbers(plain, resumed)
+    assert plain["class_il"] > 100 / 9 * 1.5     # it learned: the comparison is not between two failures
+
+
+def test_a_checkpoint_of_other_settings_is_refused(seq, monkeypatch, tmp_path, capsys):
+    bench, cfg = seq
+    run = run_cfg("er")
+    foreign = Checkpoint(tmp_path / "seed-0.ckpt", "other-settings", 0.0)
+    with monkeypatch.context() as m:
+        stop_at(m, METHODS["er"], 7)
+        with pytest.raises(Stopped):
+            run_seed(bench, cfg, run, 0, CPU, checkpoint=foreign)
+    mine = Checkpoint(tmp_path / "seed-0.ckpt", "these-settings", 0.0)
+    result = run_seed(bench, cfg, run, 0, CPU, checkpoint=mine)
+    out = capsys.readouterr().out
+    assert f"checkpoint {mine.path} refused: it was written for other settings, data or code" in out
+    assert "fingerprint other-settings, this seed's is these-settings" in out and "resumed" not in out
+    same_numbers(run_seed(bench, cfg, run, 0, CPU), result)
+
+
+def test_an_unreadable_checkpoint_is_refused(seq, tmp_path, capsys):
+    bench, cfg = seq
+    path = tmp_path / "seed-0.ckpt"
+    path.write_bytes(b"PK\x03\x04 truncated")
+    run_seed(bench, cfg, run_cfg("er"), 0, CPU, checkpoint=Checkpoint(path, "fp", 1e9))
+    assert "refused: it cannot be read" in capsys.readouterr().out
+
+
+def test_random_states_round_trip(tmp_path):
+    import random
+
+    import numpy as np
+    g = torch.Generator().manual_seed(3)
+    saved = rng_states(g, CPU)
+    ckpt = Checkpoint(tmp_path / "c.ckpt", "fp", 0.0)
+    ckpt.save({"rng": saved})
+    draws = (torch.rand(3, generator=g), random.random(), np.random.rand(), torch.rand(2))
+    restore_rng_states(ckpt.load(print)["rng"], g, CPU)
+    again = (torch.rand(3, generator=g), random.random(), np.random.rand(), torch.rand(2))
+    assert torch.equal(draws[0], again[0]) and draws[1:3] == again[1:3] and torch.equal(draws[3], again[3])
