@@ -172,3 +172,31 @@ def test_another_profile_runs_in_its_own_workspace_and_leaves_this_one_alone(pro
     assert json.loads((other / "runs/mnist-360/sgd/none/metrics.json").read_text())["seeds"].keys() == {"0"}
     assert {p: (project / p).read_bytes() for p in before} == before
     assert "up to date" in sh(project, "dvc", "status").stdout
+
+
+@pytest.mark.e2e
+def test_a_cell_trained_on_another_machine_is_gathered_without_training_it(project, tmp_path):
+    """The README's recipe for many machines: clone A trains one cell and pushes it, with DVC's run cache, to a
+    shared remote (here a local folder); clone B pulls, and its `dvc repro --pull` restores that cell instead of
+    training it, trains the rest, and reports all of them."""
+    a, b, store = tmp_path / "a", tmp_path / "b", tmp_path / "store"
+    sh(tmp_path, "git", "clone", "-q", str(project), str(a))
+    params = yaml.safe_load((a / "params.yaml").read_text())
+    params["seeds"] = [0]
+    (a / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    sh(a, "dvc", "remote", "add", "-d", "store", str(store))
+    sh(a, "git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "one seed; the shared remote")
+    cell = "mnist-360-er-200"
+    assert stages_run(sh(a, "dvc", "repro", f"train@{cell}").stdout) >= {f"train@{cell}"}
+    sh(a, "dvc", "push", "--run-cache")
+
+    sh(tmp_path, "git", "clone", "-q", str(a), str(b))
+    out = sh(b, "dvc", "repro", "--pull").stdout
+    assert f"Stage 'train@{cell}' is cached - skipping run, checking out outputs" in out
+    assert stages_run(out) == {"train@mnist-360-sgd-none", "train@mnist-360-joint-none", "report"}
+    mine = json.loads((b / "runs/mnist-360/er/200/metrics.json").read_text())
+    assert mine == json.loads((a / "runs/mnist-360/er/200/metrics.json").read_text())
+    summary = pd.read_csv(b / "results/summary.csv")
+    er = summary[(summary["method"] == "er") & (summary["buffer"].astype(str) == "200")]
+    assert list(er["class_il"]) == [mine["seeds"]["0"]["class_il"]]
+    assert "up to date" in sh(b, "dvc", "status").stdout
