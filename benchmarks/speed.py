@@ -1,39 +1,58 @@
-"""Training speed on seq-cifar10 shapes: ER and DER++ steps beside a bare PyTorch loop.
+"""What each method costs per training step, beside a bare forward/backward/SGD loop of the same shapes.
 
-    python benchmarks/speed.py                          # CPU, and CUDA where present; fp32
-    python benchmarks/speed.py --bf16 --channels-last   # bf16 autocast, NHWC weights and activations
-    python benchmarks/speed.py --cell seq-mnist-er-200  # time one seed of one cell of params.yaml
+    python benchmarks/speed.py                          # MLP: seq-MNIST shapes, params.yaml's seq-mnist settings
+    python benchmarks/speed.py --backbone resnet18      # ResNet-18: seq-CIFAR-10 shapes, profiles/paper.yaml's settings
+    python benchmarks/speed.py --methods er,derpp --device cuda --bf16 --channels-last
+    python benchmarks/speed.py --cell seq-mnist-er-200  # one seed of one run of params.yaml, as dvc repro trains it
 
-A method step is what the training loop does per stream batch: batched augmentation of 32 stream
-images, `observe` (32 stream + 32 replayed examples, augmented afresh, reservoir insertion, one SGD
-update). The bare loop is a forward/backward/SGD step of the same ResNet-18 on a batch of 64
-already-augmented images of the same data: the overhead ratio is what the framework costs above
-the network's own compute. DER++ makes three forward passes (stream, logit replay, label replay)
-of 32 each where ER makes one of 64, so its ratio includes that extra work by design.
-Data are random uint8 images of the real shape; only the timing is of interest. The loops take
-turns in a few rounds and the median round is reported, so that load from other processes on a
-shared machine skews all of them alike.
+A method step is what the training loop does per stream batch: the batched augmentation of the stream
+batch, then `observe` (replay, distillation, buffer insertion, the update). Each method runs with the
+settings of its run in a profile (the benchmark and buffer below, else another buffer, else another
+benchmark with the same backbone); boundary-aware methods are timed inside their second task, after
+`end_task` of the first, so that their distillation, exemplars or penalties are active. Task-boundary
+work itself (iCaRL's herding, oEWC's Fisher, ...) is not in the step time. The bare loop is plain
+PyTorch: the same backbone, forward, cross-entropy, backward and an SGD update (one multi-tensor op) on
+an already-augmented batch of the stream batch's size. Data are random uint8 images of the real shape (only the time matters). The
+loops take turns in `--rounds` rounds of `--steps` steps each; a loop's time per step is its total over
+all rounds divided by its steps (so that a method's occasional heavy step, such as CN-DPM's sleep
+phase, counts at its real rate when the window holds one).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
-import statistics
+import dataclasses
 import sys
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from gcl.backbones import ResNet18
-from gcl.data.augment import Normalize, TrainAugment
+from gcl.backbones import build_backbone
+from gcl.config import load_params, resolve_run
+from gcl.data.benchmarks import kind_of
 from gcl.data.image_sources import NORMALIZATION
-from gcl.settings import defaults
 from gcl.methods import METHODS, MethodContext
+from gcl.methods.base import TaskData
 
-STREAM, REPLAY, CLASSES, SHAPE = 32, 32, 10, (3, 32, 32)
-# DER's seq-cifar10 settings (docs/protocol.md) for whatever the methods require
-HPARAMS = {"lr": 0.03, "batch": STREAM, "replay_batch": REPLAY, "alpha": 0.1, "beta": 0.5}
+
+@dataclass(frozen=True)
+class Preset:
+    profile: str
+    benchmark: str
+    buffer: int
+    shape: tuple[int, int, int]
+    stats: tuple | None     # the source's normalisation statistics
+    steps: dict             # timed steps per round by device type
+
+
+PRESETS = {
+    "mlp": Preset("params.yaml", "seq-mnist", 200, (1, 28, 28), None, {"cpu": 100, "cuda": 200}),
+    "resnet18": Preset("profiles/paper.yaml", "seq-cifar10", 500, (3, 32, 32), NORMALIZATION["cifar10"],
+                       {"cpu": 2, "cuda": 50}),
+}
+CLASSES, PER_CLASS = 10, 64
 
 
 def sync(device: torch.device) -> None:
@@ -45,115 +64,178 @@ def autocast(device: torch.device, bf16: bool):
     return torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
 
-def make_data(n: int, device: torch.device, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randint(0, 256, (n, *SHAPE), dtype=torch.uint8, generator=g)
-    y = torch.randint(0, CLASSES, (n,), generator=g)
-    return x.to(device), y.to(device)
+def run_of(params: dict, preset: Preset, method: str) -> str | None:
+    """The profile's run for `method`: on the preset's benchmark at its buffer, else at any buffer, else on another
+    benchmark with the same backbone."""
+    backbone = params["benchmarks"][preset.benchmark]["backbone"]
+    runs = [(k, r) for k, r in params["runs"].items() if r["method"] == method
+            and params["benchmarks"][r["benchmark"]]["backbone"] == backbone]
+    for wanted in (lambda r: r["benchmark"] == preset.benchmark and r["buffer"] in (preset.buffer, "none"),
+                   lambda r: r["benchmark"] == preset.benchmark, lambda r: True):
+        found = [k for k, r in runs if wanted(r)]
+        if found:
+            return found[0]
+    return None
 
 
-def bare_loop(x, y, args, device):
-    """Plain PyTorch: the same network and batches of 64, augmented beforehand, plain SGD."""
+def synthetic_benchmark(spec: dict, preset: Preset) -> dict:
+    """The run's benchmark built from random images of the preset's shape (every setting of the run's own)."""
+    g = torch.Generator().manual_seed(0)
+    source = {"classes": [str(c) for c in range(CLASSES)]}
+    for part, n in (("train", PER_CLASS), ("test", 4)):
+        source[f"{part}_y"] = torch.arange(CLASSES).repeat_interleave(n)
+        source[f"{part}_x"] = torch.randint(0, 256, (CLASSES * n, *preset.shape), dtype=torch.uint8, generator=g)
+    if preset.stats:
+        source.update(mean=list(preset.stats[0]), std=list(preset.stats[1]))
+    return kind_of(spec["data"]).build(source, spec["data"])
+
+
+class Batches:
+    """Random stream batches of one task, on the device."""
+
+    def __init__(self, bench: dict, task: int, batch: int, device: torch.device):
+        idx = torch.nonzero(bench["train_task"] == task).flatten()
+        self.x, self.y = bench["train_x"][idx].to(device), bench["train_y"][idx].to(device)
+        self.batch, self.g = batch, torch.Generator().manual_seed(task)
+        c = bench.get("classes_per_task") or CLASSES
+        self.task = TaskData(index=task, x_raw=self.x, y=self.y, classes=(task * c, (task + 1) * c))
+
+    def __call__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        i = torch.randint(0, len(self.y), (self.batch,), generator=self.g).to(self.x.device)
+        return self.x[i], self.y[i]
+
+
+def method_loop(key: str, params: dict, preset: Preset, args, device: torch.device):
+    """One method at its run's settings: task 0 to fill its memory (and end it), then steps of task 1."""
+    spec = resolve_run(params, key)
+    run, bench_cfg = spec["run"], {**spec["benchmark"], "bf16": args.bf16, "channels_last": args.channels_last}
+    bench = synthetic_benchmark(spec, preset)
+    train_transform, test_transform = kind_of(bench_cfg).transforms(bench, bench_cfg)
     torch.manual_seed(0)
-    net = ResNet18(SHAPE, CLASSES, channels_last=args.channels_last).to(device).train()
-    opt = torch.optim.SGD(net.parameters(), lr=HPARAMS["lr"])
-    augment = TrainAugment(Normalize(*NORMALIZATION["cifar10"]))
-    batch = STREAM + REPLAY
-    inputs = [augment(x[i * STREAM:i * STREAM + batch]) for i in range(args.n_batches)]
-    labels = [y[i * STREAM:i * STREAM + batch] for i in range(args.n_batches)]
+    net = build_backbone(bench_cfg["backbone"], bench["input_shape"], bench["n_classes"],
+                         channels_last=args.channels_last).to(device).train()
+    ctx = MethodContext(device=device, n_classes=bench["n_classes"], train_transform=train_transform,
+                        generator=torch.Generator().manual_seed(0), epochs=1, plain_transform=test_transform)
+    method = METHODS[run["algorithm"]](net, run, ctx)
+    first, second = (Batches(bench, t, run["batch"], device) for t in (0, 1))
+    boundaries = method.needs_boundaries
+
+    def observe(batches):
+        x_raw, y = batches()
+        with autocast(device, args.bf16):
+            return method.observe(train_transform(x_raw), y, x_raw)
+
+    with autocast(device, args.bf16):
+        if boundaries:
+            method.begin_task(first.task)
+    for _ in range(args.warmup):
+        observe(first)
+    with autocast(device, args.bf16):
+        if boundaries:
+            method.end_task(first.task)
+            method.begin_task(second.task)
+    observe(second)
     total = torch.zeros((), device=device)
 
-    def step(i):
+    def step():
+        nonlocal total
+        total += observe(second)   # kept on the device: no host synchronisation per step
+
+    return step, run["batch"], key
+
+
+def bare_loop(batch: int, preset: Preset, args, device: torch.device):
+    """Plain PyTorch on the same backbone: forward, cross-entropy, backward, SGD on a pre-augmented batch."""
+    torch.manual_seed(0)
+    backbone = "mlp" if preset.shape[0] == 1 else "resnet18"
+    net = build_backbone(backbone, preset.shape, CLASSES, channels_last=args.channels_last).to(device).train()
+    params = list(net.parameters())
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn((batch, *preset.shape), generator=g).to(device)
+    y = torch.randint(0, CLASSES, (batch,), generator=g).to(device)
+    total = torch.zeros((), device=device)
+
+    def step():
         nonlocal total
         with autocast(device, args.bf16):
-            loss = F.cross_entropy(net(inputs[i]), labels[i])
-        opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(net(x), y)
+        for p in params:
+            p.grad = None
         loss.backward()
-        opt.step()
-        total += loss.detach()   # kept on the device: no host synchronisation per step
+        with torch.no_grad():   # plain SGD as one multi-tensor op (torch.optim.SGD's own overhead left out)
+            torch._foreach_add_(params, [p.grad for p in params], alpha=-0.03)
+        total += loss.detach()
 
     return step
 
 
-def method_loop(name: str, x, y, args, device):
-    """The training loop's per-step work for method `name` (train.py: augment, then observe)."""
-    cls = METHODS[name]
-    fields = cls.Settings.model_fields
-    missing = [k for k, f in fields.items() if f.is_required() and k not in HPARAMS]
-    if missing:
-        raise KeyError(f"{name} needs {missing}, which this benchmark does not set")
-    cfg = {**defaults(cls.Settings), **{k: HPARAMS[k] for k in fields if k in HPARAMS},
-           "buffer": args.buffer if cls.uses_buffer else "none"}
-    torch.manual_seed(0)
-    net = ResNet18(SHAPE, CLASSES, channels_last=args.channels_last).to(device).train()
-    augment = TrainAugment(Normalize(*NORMALIZATION["cifar10"]))
-    ctx = MethodContext(device=device, n_classes=CLASSES, train_transform=augment,
-                        generator=torch.Generator().manual_seed(0), epochs=1)
-    method = cls(net, cfg, ctx)
-    total = torch.zeros((), device=device)
-
-    def step(i):
-        nonlocal total
-        x_raw, labels = x[i * STREAM:(i + 1) * STREAM], y[i * STREAM:(i + 1) * STREAM]
-        with autocast(device, args.bf16):
-            total += method.observe(augment(x_raw), labels, x_raw)
-
-    return step
-
-
-def benchmark_device(device: torch.device, args) -> list[dict]:
-    """Seconds per step of every loop: after `warmup` steps each (which also fill the buffers), `rounds`
-    rounds in which every loop runs `steps` steps in turn, synchronised at the ends of each run; the
-    median round counts, so a burst of load from elsewhere on the machine hits all loops alike."""
-    steps = args.steps or (1 if device.type == "cpu" else 50)
-    args.n_batches = args.warmup + steps * args.rounds
-    x, y = make_data((args.n_batches + 1) * STREAM + REPLAY, device)
-    loops = {"bare": bare_loop(x, y, args, device)}
-    for name in args.methods:
-        if name not in METHODS:
-            print(f"[skip] method {name!r} is not registered in gcl.methods.METHODS", file=sys.stderr)
-            continue
-        loops[name] = method_loop(name, x, y, args, device)
-    for step in loops.values():
-        for i in range(args.warmup):
-            step(i)
-    times = {name: [] for name in loops}
-    for r in range(args.rounds):
-        first = args.warmup + r * steps
+def measure(loops: dict, steps: int, rounds: int, device: torch.device) -> dict[str, float]:
+    """Seconds per step of every loop; the loops take turns, `steps` steps each per round."""
+    spent = dict.fromkeys(loops, 0.0)
+    for _ in range(rounds):
         for name, step in loops.items():
             sync(device)
             start = time.perf_counter()
-            for i in range(first, first + steps):
-                step(i)
+            for _ in range(steps):
+                step()
             sync(device)
-            times[name].append((time.perf_counter() - start) / steps)
-    return [{"loop": name, "seconds": statistics.median(t), "device": device.type,
-             "precision": "bf16" if args.bf16 else "fp32", "layout": "channels_last" if args.channels_last else "nchw"}
-            for name, t in times.items()]
+            spent[name] += time.perf_counter() - start
+    return {name: s / (steps * rounds) for name, s in spent.items()}
+
+
+def benchmark_device(device: torch.device, args) -> list[dict]:
+    preset = PRESETS[args.backbone]
+    preset = dataclasses.replace(preset, benchmark=args.benchmark or preset.benchmark, buffer=args.buffer or preset.buffer)
+    params = load_params(args.profile or preset.profile)
+    methods = args.methods or sorted(METHODS)
+    loops, batch_of, runs = {}, {}, {}
+    for name in methods:
+        if name not in METHODS:
+            print(f"[skip] method {name!r} is not registered in gcl.methods.METHODS", file=sys.stderr)
+            continue
+        key = run_of(params, preset, name)
+        if key is None:
+            print(f"[skip] {name}: no run of it in {args.profile or preset.profile} on a {args.backbone} benchmark",
+                  file=sys.stderr)
+            continue
+        loops[name], batch_of[name], runs[name] = method_loop(key, params, preset, args, device)
+    for batch in sorted(set(batch_of.values())):
+        loops[f"bare/{batch}"] = bare_loop(batch, preset, args, device)
+    for step in loops.values():   # warm-up: allocations, first-call costs
+        step()
+    seconds = measure(loops, args.steps or preset.steps[device.type], args.rounds, device)
+    rows = []
+    for name, batch in batch_of.items():
+        bare = seconds[f"bare/{batch}"]
+        rows.append({"method": name, "run": runs[name], "batch": batch, "seconds": seconds[name],
+                     "ms_per_sample": 1e3 * seconds[name] / batch, "bare_ms_per_sample": 1e3 * bare / batch,
+                     "vs_bare": seconds[name] / bare, "device": device.type,
+                     "precision": "bf16" if args.bf16 else "fp32",
+                     "layout": "channels_last" if args.channels_last else "nchw", "backbone": args.backbone})
+    return rows
 
 
 def print_table(rows: list[dict], args) -> None:
-    print(f"seq-cifar10 shapes, ResNet-18, {STREAM} stream + {REPLAY} replayed per step; torch {torch.__version__}, "
-          f"{torch.get_num_threads()} CPU thread(s); median of {args.rounds} rounds after {args.warmup} warm-up step(s)")
-    head = f"{'device':<7}{'precision':<10}{'layout':<14}{'loop':<7}{'ms/step':>10}{'stream samples/s':>18}{'vs bare':>9}"
+    print(f"{args.backbone} on {args.benchmark or PRESETS[args.backbone].benchmark} shapes; torch {torch.__version__}, "
+          f"{torch.get_num_threads()} CPU thread(s); {args.rounds} rounds of {args.steps or 'preset'} steps")
+    head = (f"{'device':<7}{'precision':<10}{'method':<8}{'batch':>6}{'ms/step':>10}{'ms/sample':>11}"
+            f"{'bare ms/sample':>16}{'vs bare':>9}  run")
     print(head)
     print("-" * len(head))
-    bare = {r["device"]: r["seconds"] for r in rows if r["loop"] == "bare"}
-    for r in rows:
-        ratio = r["seconds"] / bare[r["device"]]
-        print(f"{r['device']:<7}{r['precision']:<10}{r['layout']:<14}{r['loop']:<7}{1e3 * r['seconds']:>10.1f}"
-              f"{STREAM / r['seconds']:>18.1f}{ratio:>8.2f}x")
+    for r in sorted(rows, key=lambda r: (r["device"], r["vs_bare"])):
+        print(f"{r['device']:<7}{r['precision']:<10}{r['method']:<8}{r['batch']:>6}{1e3 * r['seconds']:>10.2f}"
+              f"{r['ms_per_sample']:>11.3f}{r['bare_ms_per_sample']:>16.3f}{r['vs_bare']:>8.2f}x  {r['run']}")
 
 
 def time_cell(args) -> None:
     """One seed of one params.yaml cell, as `dvc repro` would train it, without writing anything."""
-    from gcl.config import load_params, resolve_benchmark, resolve_run
+    from gcl.config import resolve_benchmark
     from gcl.data.benchmarks import load_benchmark
-    from gcl.layout import benchmark_file
     from gcl.devices import resolve_device
+    from gcl.layout import benchmark_file
     from gcl.train import run_seed
 
-    params = load_params(args.params)
+    params = load_params(args.profile or "params.yaml")
     spec = resolve_run(params, args.cell)
     run_cfg, bench_cfg = spec["run"], spec["benchmark"]
     torch.set_num_threads(resolve_benchmark(params, run_cfg["benchmark"])["runtime"]["threads"])
@@ -168,28 +250,30 @@ def time_cell(args) -> None:
 
 def main(argv=None) -> list[dict] | None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=None, help="timed steps per loop and round (default: 1 on CPU, 50 on CUDA)")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds; the median counts")
-    p.add_argument("--warmup", type=int, default=1, help="untimed steps first; they also prime the buffer")
-    p.add_argument("--methods", default="er,derpp", help="comma-separated registered methods")
-    p.add_argument("--buffer", type=int, default=500)
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+    p.add_argument("--backbone", choices=sorted(PRESETS), default="mlp")
+    p.add_argument("--methods", default="", help="comma-separated registered methods (default: all)")
+    p.add_argument("--profile", default=None, help="params file whose runs give the settings (default: the preset's)")
+    p.add_argument("--benchmark", default=None, help="the profile's benchmark whose runs are timed (default: the preset's)")
+    p.add_argument("--buffer", type=int, default=None, help="the buffer whose runs are preferred (default: the preset's)")
+    p.add_argument("--steps", type=int, default=None, help="timed steps per loop and round (default: the preset's)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds in which the loops take turns")
+    p.add_argument("--warmup", type=int, default=3, help="steps of the first task before the timed second task")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu",
                    help="auto: CPU, and CUDA too where present")
-    p.add_argument("--bf16", action="store_true", help="bf16 autocast around forward and loss")
-    p.add_argument("--channels-last", action="store_true", help="NHWC weights and activations")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast around every step")
+    p.add_argument("--channels-last", action="store_true", help="NHWC weights and activations (resnet18)")
     p.add_argument("--threads", type=int, default=None, help="CPU intra-op threads (default: torch's)")
     p.add_argument("--cell", default=None, help="time one seed of this run key of params.yaml instead")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--params", default="params.yaml")
     args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.cell:
         time_cell(args)
         return None
-    if args.warmup < 1:
-        p.error("--warmup must be at least 1: the first step fills the buffer that later steps replay")
+    if args.channels_last and args.backbone != "resnet18":
+        p.error("--channels-last applies to --backbone resnet18")
     args.methods = [m for m in args.methods.split(",") if m]
-    if args.threads:
-        torch.set_num_threads(args.threads)
     devices = {"auto": ["cpu"] + (["cuda"] if torch.cuda.is_available() else []), "cpu": ["cpu"], "cuda": ["cuda"]}
     rows = []
     for name in devices[args.device]:

@@ -4,13 +4,13 @@ import math
 
 import pytest
 import torch
+from helpers import synthetic_source
 
 from gcl.checkpoint import Checkpoint, restore_rng_states, rng_states
 from gcl.data import sequential
 from gcl.methods import METHODS
 from gcl.progress import Progress
 from gcl.train import run_seed
-from helpers import synthetic_source
 
 CPU = torch.device("cpu")
 # small settings for every method (what the loop needs to run, not tuned values)

@@ -48,11 +48,12 @@ def test_a_seed_prints_whole_lines_with_every_field(tiny_mnist360, tmp_path, cap
 
 
 def test_a_run_writes_its_log_beside_its_results(tmp_path, monkeypatch):
+    from helpers import synthetic_source
+
     from gcl.atomic import save_tensors
     from gcl.config import resolve_run
     from gcl.data import sequential
     from gcl.run import train_run
-    from helpers import synthetic_source
     monkeypatch.chdir(tmp_path)
     params = {"seeds": [0, 1], "device": "cpu", "sources": {"s": {}},
               "benchmarks": {"seq": {"kind": "sequential", "source": "s", "backbone": "mlp", "epochs": 1,

@@ -1,45 +1,67 @@
-"""benchmarks/speed.py: the table of step times and the one-cell timer, on shrunken shapes (fast on CPU)."""
+"""benchmarks/speed.py: every method's step beside the bare loop, and the one-cell timer (shrunken shapes)."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
+from image_fixtures import SEQ_BENCHMARK, write_er_params
+from image_fixtures import labelled_source as source
 
-from gcl.data.benchmarks import build_benchmark
 from gcl.config import resolve_benchmark
-from image_fixtures import write_er_params, labelled_source as source
+from gcl.data.benchmarks import build_benchmark
 
 SPEED = Path(__file__).resolve().parents[1] / "benchmarks" / "speed.py"
+RUNS = {   # what the profile would say; small values, only the code path matters
+    "er": {"replay_batch": 4}, "derpp": {"replay_batch": 4, "alpha": 0.3, "beta": 0.5},
+    "gss": {"replay_batch": 4, "gss_minibatch": 4}, "lwf": {"alpha": 1.0}, "coca": {"replay_batch": 4},
+}
 
 
 @pytest.fixture
 def speed(monkeypatch):
     spec = importlib.util.spec_from_file_location("speed_under_test", SPEED)
     module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)   # dataclasses look their module up there
     spec.loader.exec_module(module)
-    # the real shapes cost seconds per CPU step; the code path is the same on 8x8 images
-    monkeypatch.setattr(module, "SHAPE", (3, 8, 8))
-    monkeypatch.setattr(module, "STREAM", 4)
-    monkeypatch.setattr(module, "REPLAY", 4)
-    monkeypatch.setattr(module, "HPARAMS", {**module.HPARAMS, "batch": 4, "replay_batch": 4})
+    monkeypatch.setattr(module, "PER_CLASS", 8)
+    # the real ResNet shapes cost seconds per CPU step; the code path is the same on 8x8 images
+    monkeypatch.setitem(module.PRESETS, "resnet18", dataclasses.replace(module.PRESETS["resnet18"], shape=(3, 8, 8)))
     return module
 
 
-def test_table_has_bare_er_derpp_and_skips_unknown_methods(speed, capsys):
-    rows = speed.main(["--device", "cpu", "--methods", "er,derpp,no-such-method", "--steps", "2", "--rounds", "2"])
-    loops = [r["loop"] for r in rows]
-    assert loops[:2] == ["bare", "er"] and "no-such-method" not in loops
-    assert all(r["seconds"] > 0 and r["device"] == "cpu" and r["precision"] == "fp32" for r in rows)
+def profile(tmp_path: Path, backbone: str) -> Path:
+    bench = {**SEQ_BENCHMARK, "backbone": backbone, "augment": backbone != "mlp"}
+    runs = {f"b-{m}": {"benchmark": "b", "method": m, "buffer": "none" if m == "lwf" else 20, "lr": 0.05,
+                       "batch": 4, **extra} for m, extra in RUNS.items()}
+    params = {"seeds": [0], "sources": {"mnist-bundled": {}}, "benchmarks": {"b": bench},
+              "methods": {m: {} for m in RUNS}, "runs": runs}
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def test_every_method_beside_the_bare_loop_on_the_mlp(speed, tmp_path, capsys):
+    rows = speed.main(["--profile", str(profile(tmp_path, "mlp")), "--benchmark", "b", "--buffer", "20",
+                       "--methods", "er,derpp,gss,lwf,coca,no-such-method,hal", "--steps", "2", "--rounds", "2"])
+    assert {r["method"] for r in rows} == {"er", "derpp", "gss", "lwf", "coca"}
+    assert all(r["seconds"] > 0 and r["vs_bare"] > 0 and r["batch"] == 4 and r["run"] == f"b-{r['method']}"
+               for r in rows)
+    assert all(r["ms_per_sample"] == pytest.approx(1e3 * r["seconds"] / 4) for r in rows)
     out = capsys.readouterr()
-    assert "no-such-method" in out.err and "vs bare" in out.out and "1.00x" in out.out
+    assert "no-such-method" in out.err and "[skip] hal: no run of it" in out.err
+    assert "vs bare" in out.out and "b-gss" in out.out
 
 
-def test_bf16_and_channels_last_options_run(speed, capsys):
-    rows = speed.main(["--device", "cpu", "--methods", "er", "--steps", "1", "--rounds", "1",
-                       "--bf16", "--channels-last"])
-    assert {(r["precision"], r["layout"]) for r in rows} == {("bf16", "channels_last")}
+def test_gss_and_coca_under_bf16_and_channels_last_on_the_resnet(speed, tmp_path):
+    rows = speed.main(["--backbone", "resnet18", "--profile", str(profile(tmp_path, "resnet18")), "--benchmark", "b",
+                       "--methods", "er,gss,coca", "--steps", "1", "--rounds", "1", "--bf16", "--channels-last"])
+    assert {(r["method"], r["precision"], r["layout"]) for r in rows} == {
+        (m, "bf16", "channels_last") for m in ("er", "gss", "coca")}
 
 
 def test_time_one_cell_of_a_params_file(speed, tmp_path, monkeypatch, capsys):
