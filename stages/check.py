@@ -7,13 +7,16 @@ setting changed, so only the stages that read a changed setting re-run.
 """
 import sys
 
-from gcl.atomic import write_json
-from gcl.config import check_data, check_runs, load_params
-from gcl.layout import resolved_benchmark, resolved_report, resolved_run, resolved_source
+from gcl.warm import run_warm
 
 USAGE = "usage: python stages/check.py data|runs"
 
-if __name__ == "__main__":
+
+def main() -> None:
+    from gcl.atomic import write_json
+    from gcl.config import check_data, check_runs, load_params
+    from gcl.layout import resolved_benchmark, resolved_report, resolved_run, resolved_source
+
     if len(sys.argv) != 2 or sys.argv[1] not in ("data", "runs"):
         sys.exit(USAGE)
     params = load_params()
@@ -30,3 +33,7 @@ if __name__ == "__main__":
             write_json(resolved_run(key), spec)
         write_json(resolved_report(), resolved["report"])
     print(f"params.yaml: {sys.argv[1]} settings valid")
+
+
+if __name__ == "__main__":
+    run_warm(__file__, main)

@@ -1,13 +1,20 @@
 """Stage prepare@<source>: fetch or read one raw data source and save it as tensors."""
 import sys
 
-from gcl.config import read_resolved
-from gcl.data.sources import prepare_source
-from gcl.layout import resolved_source, source_file
+from gcl.warm import run_warm
 
-if __name__ == "__main__":
+
+def main() -> None:
+    from gcl.config import read_resolved
+    from gcl.data.sources import prepare_source
+    from gcl.layout import resolved_source, source_file
+
     if len(sys.argv) != 2:
         sys.exit("usage: python stages/prepare.py <source>   (a key of sources: in params.yaml)")
     name = sys.argv[1]
     settings = read_resolved(resolved_source(name))
     print(prepare_source(name, settings, source_file(name).parent))
+
+
+if __name__ == "__main__":
+    run_warm(__file__, main)

@@ -1,11 +1,18 @@
 """Stage report: the paper's tables with our numbers beside them, the headline, summary.csv, the metrics
 `dvc exp show` compares, plot data for `dvc plots`, figures. Warnings (stale run folders, skipped
 figures) are printed and listed at the top of results/tables.md."""
-from gcl.config import read_resolved
-from gcl.layout import resolved_report
-from gcl.report import write_report
+from gcl.warm import run_warm
 
-if __name__ == "__main__":
+
+def main() -> None:
+    from gcl.config import read_resolved
+    from gcl.layout import resolved_report
+    from gcl.report import write_report
+
     warnings = write_report(read_resolved(resolved_report()), "results",
                             ["reference/paper_results.csv", "reference/der_paper_results.csv"])
     print(f"report written to results/ ({len(warnings)} warning(s))")
+
+
+if __name__ == "__main__":
+    run_warm(__file__, main)

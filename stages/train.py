@@ -1,14 +1,21 @@
-"""Stage train@<run>: every seed of one run; writes runs/<benchmark>/<method>/<buffer>/metrics.json."""
+"""Stage train@<run>: every seed of one run; writes runs/<benchmark>/<method>/<buffer>/metrics.json.
+
+The work runs in a warm process when one is available (gcl.warm: no torch import per stage), else here."""
 import sys
 
-from gcl.config import load_params, read_resolved, resolve_runtime
-from gcl.layout import resolved_run
-from gcl.processes import die_with_parent
-from gcl.run import train_run
+from gcl.warm import run_warm
 
-if __name__ == "__main__":
-    die_with_parent()   # a killed `dvc repro` must not leave this stage writing results behind it
+
+def main() -> None:
+    from gcl.config import load_params, read_resolved, resolve_runtime
+    from gcl.layout import resolved_run
+    from gcl.run import train_run
+
     if len(sys.argv) != 2:
         sys.exit("usage: python stages/train.py <run>   (a key of runs: in params.yaml)")
     spec = read_resolved(resolved_run(sys.argv[1]))
     print(train_run(spec, **resolve_runtime(load_params(), spec["run"])))
+
+
+if __name__ == "__main__":
+    run_warm(__file__, main)

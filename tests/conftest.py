@@ -16,3 +16,11 @@ def tiny_mnist360() -> tuple[dict, dict]:
     bench = mnist360.build_benchmark(synthetic_source(per_class=60))
     bench["config"] = cfg
     return bench, cfg
+
+
+@pytest.fixture(autouse=True, scope="session")
+def short_lived_warm_servers():
+    """Stages that tests start hand themselves to warm servers (gcl.warm); let those go soon after the tests."""
+    import os
+    os.environ.setdefault("GCL_WARM_KEEP_ALIVE", "15")
+    yield
