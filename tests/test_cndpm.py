@@ -8,13 +8,13 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from gcl.backbones import MLP
+from gcl.training.backbones import MLP
 from gcl.config import check_data, check_runs
 from gcl.data import sequential
 from gcl.data.class_orders import CIFAR100_SUPERCLASS, CLASS_ORDERS
 from gcl.methods import METHODS, MethodContext
 from gcl.methods.cndpm import Adam, chilled_nll
-from gcl.train import run_seed
+from gcl.training.train import run_seed
 from image_fixtures import labelled_source
 from helpers import synthetic_source
 

@@ -13,7 +13,7 @@ from gcl.data import sequential
 from gcl.data.augment import Normalize, TrainAugment
 from gcl.data.benchmarks import KINDS, build_benchmark, load_benchmark
 from gcl.data.sources import load_source, prepare_source
-from gcl.train import run_seed
+from gcl.training.train import run_seed
 from image_fixtures import cifar_checksums, labelled_source as source, write_cifar10
 
 CPU = torch.device("cpu")

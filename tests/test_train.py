@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from gcl.methods.base import METHODS, Method, register
-from gcl.train import run_seed
+from gcl.training.train import run_seed
 
 CPU = torch.device("cpu")
 

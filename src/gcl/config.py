@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import AfterValidator, Field, field_validator
 
-from gcl.devices import DEVICE_PATTERN
+from gcl.training.devices import DEVICE_PATTERN
 from gcl.layout import run_dir
 from gcl.settings import ParamsError, Settings, validate
 

@@ -10,7 +10,7 @@ import torch
 from pydantic import Field
 
 from gcl.atomic import save_tensors
-from gcl.backbones import BACKBONES
+from gcl.training.backbones import BACKBONES
 from gcl.data import mnist360, sequential
 from gcl.data.class_orders import CLASS_ORDERS
 from gcl.data.stream import Stream

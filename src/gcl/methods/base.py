@@ -10,7 +10,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from gcl.buffer import ReservoirBuffer
+from gcl.training.buffer import ReservoirBuffer
 from gcl.settings import Settings
 
 

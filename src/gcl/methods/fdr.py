@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gcl.buffer import to_device
+from gcl.training.buffer import to_device
 from gcl.methods.base import Method, ReplaySettings, TaskData, register
 
 

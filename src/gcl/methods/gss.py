@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch.func import functional_call, grad, vmap
 
-from gcl.backbones import inputs_as_given
-from gcl.buffer import ReservoirBuffer, to_device
+from gcl.training.backbones import inputs_as_given
+from gcl.training.buffer import ReservoirBuffer, to_device
 from gcl.data.transforms import to_unit_float
 from gcl.methods.base import Method, ReplaySettings, register
 

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from gcl.buffer import to_device
+from gcl.training.buffer import to_device
 from gcl.methods.base import Method, ReplaySettings, TaskData, register
 
 
