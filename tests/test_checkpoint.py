@@ -6,9 +6,9 @@ import pytest
 import torch
 from helpers import synthetic_source
 
-from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
 from gcl.data import sequential
 from gcl.methods import METHODS
+from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
 from gcl.training.progress import Progress
 from gcl.training.train import run_seed
 

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import synthetic_source
 
 from gcl.atomic import remove_stale_temporaries, save_tensors, write_json
 from gcl.config import resolve_run
 from gcl.data import mnist360, sequential
-from gcl.training.fingerprint import fingerprint
 from gcl.processes import RunLock, RunLockedError
+from gcl.training.fingerprint import fingerprint
 from gcl.training.run import PROGRESS_DIR, train_run
 from gcl.training.train import DivergenceError, run_seed
-from helpers import synthetic_source
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import synthetic_source
 
-from gcl.training.backbones import MLP
 from gcl.config import ParamsError, resolve_run
 from gcl.data.transforms import to_unit_float
 from gcl.methods import METHODS, MethodContext
@@ -14,8 +14,8 @@ from gcl.methods.agem import project
 from gcl.methods.der import der_loss
 from gcl.methods.gss import GSSBuffer, gradient_cosines
 from gcl.settings import defaults
+from gcl.training.backbones import MLP
 from gcl.training.train import run_seed
-from helpers import synthetic_source
 
 CPU = torch.device("cpu")
 

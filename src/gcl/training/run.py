@@ -18,12 +18,12 @@ from pathlib import Path
 import torch
 
 from gcl.atomic import remove_stale_temporaries, save_tensors, write_json
-from gcl.training.checkpoint import Checkpoint
 from gcl.data.benchmarks import load_benchmark
-from gcl.training.devices import resolve_device, seed_devices
-from gcl.training.fingerprint import fingerprint
 from gcl.layout import benchmark_file, run_dir, run_log
 from gcl.processes import RunLock, die_with_parent
+from gcl.training.checkpoint import Checkpoint
+from gcl.training.devices import resolve_device, seed_devices
+from gcl.training.fingerprint import fingerprint
 from gcl.training.progress import Progress
 from gcl.training.train import DivergenceError, run_seed
 
