@@ -29,12 +29,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from gcl.backbones import build_backbone
 from gcl.config import load_params, resolve_run
 from gcl.data.benchmarks import kind_of
 from gcl.data.image_sources import NORMALIZATION
 from gcl.methods import METHODS, MethodContext
 from gcl.methods.base import TaskData
+from gcl.training.backbones import build_backbone
 
 
 @dataclass(frozen=True)
@@ -231,9 +231,9 @@ def time_cell(args) -> None:
     """One seed of one params.yaml cell, as `dvc repro` would train it, without writing anything."""
     from gcl.config import resolve_benchmark
     from gcl.data.benchmarks import load_benchmark
-    from gcl.devices import resolve_device
     from gcl.layout import benchmark_file
-    from gcl.train import run_seed
+    from gcl.training.devices import resolve_device
+    from gcl.training.train import run_seed
 
     params = load_params(args.profile or "params.yaml")
     spec = resolve_run(params, args.cell)

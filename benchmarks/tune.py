@@ -25,7 +25,7 @@ from gcl.config import load_params, resolve_benchmark, resolve_run
 from gcl.data.benchmarks import kind_of
 from gcl.data.sources import load_source
 from gcl.layout import source_file
-from gcl.train import DivergenceError, run_seed
+from gcl.training.train import DivergenceError, run_seed
 
 _BENCH: dict = {}   # the validation benchmark, built once in the parent and inherited by forked workers
 

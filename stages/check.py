@@ -15,7 +15,12 @@ USAGE = "usage: python stages/check.py data|runs"
 def main() -> None:
     from gcl.atomic import write_json
     from gcl.config import check_data, check_runs, load_params
-    from gcl.layout import resolved_benchmark, resolved_report, resolved_run, resolved_source
+    from gcl.layout import (
+        resolved_benchmark,
+        resolved_report,
+        resolved_run,
+        resolved_source,
+    )
 
     if len(sys.argv) != 2 or sys.argv[1] not in ("data", "runs"):
         sys.exit(USAGE)

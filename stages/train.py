@@ -9,7 +9,7 @@ from gcl.warm import run_warm
 def main() -> None:
     from gcl.config import load_params, read_resolved, resolve_runtime
     from gcl.layout import resolved_run
-    from gcl.run import train_run
+    from gcl.training.run import train_run
 
     if len(sys.argv) != 2:
         sys.exit("usage: python stages/train.py <run>   (a key of runs: in params.yaml)")

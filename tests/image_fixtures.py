@@ -12,19 +12,19 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import io
 import http.server
+import io
 import pickle
-import threading
 import tarfile
+import threading
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
 import yaml
-from torchvision.datasets import CIFAR10, CIFAR100
 from PIL import Image
+from torchvision.datasets import CIFAR10, CIFAR100
 
 CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 from helpers import synthetic_source
 
-from gcl.checkpoint import Checkpoint, restore_rng_states, rng_states
 from gcl.data import sequential
 from gcl.methods import METHODS
-from gcl.progress import Progress
-from gcl.train import run_seed
+from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
+from gcl.training.progress import Progress
+from gcl.training.train import run_seed
 
 CPU = torch.device("cpu")
 # small settings for every method (what the loop needs to run, not tuned values)

@@ -8,15 +8,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gcl.backbones import MLP, ResNet18
 from gcl.config import check_runs, resolve_run
 from gcl.data import mnist360
 from gcl.data.pretext import SHAPES, apply_pretext, n_pretext_classes, random_pretext
 from gcl.data.transforms import to_unit_float
 from gcl.methods import METHODS, MethodContext
-from gcl.methods.coca import CoCa, affinity, ckd_loss, collaborative_target, propagate, supcon_loss
-from gcl.settings import ParamsError, defaults, validate as validate_settings
-from gcl.train import run_seed
+from gcl.methods.coca import (
+    CoCa,
+    affinity,
+    ckd_loss,
+    collaborative_target,
+    propagate,
+    supcon_loss,
+)
+from gcl.settings import ParamsError, defaults
+from gcl.settings import validate as validate_settings
+from gcl.training.backbones import MLP, ResNet18
+from gcl.training.train import run_seed
 
 N_CLASSES = 9
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from gcl.devices import DeviceError, resolve_device, seed_devices
+from gcl.training.devices import DeviceError, resolve_device, seed_devices
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def test_seeds_take_turns_over_every_visible_gpu(two_gpus):
 
 
 def test_a_bad_device_stops_the_run_before_any_training(tmp_path, monkeypatch):
-    from gcl.run import train_run
+    from gcl.training.run import train_run
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     spec = {"key": "k", "run": {"benchmark": "b", "method": "er", "buffer": 10}, "benchmark": {}, "data": {},

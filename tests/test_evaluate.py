@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from gcl.evaluate import Evaluator, forgetting, mask_to_classes
+from gcl.training.evaluate import Evaluator, forgetting, mask_to_classes
 
 
 def test_mask_keeps_only_the_task_classes_and_copies():

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import synthetic_source
 
 from gcl.atomic import remove_stale_temporaries, save_tensors, write_json
 from gcl.config import resolve_run
 from gcl.data import mnist360, sequential
-from gcl.fingerprint import fingerprint
 from gcl.processes import RunLock, RunLockedError
-from gcl.run import PROGRESS_DIR, train_run
-from gcl.train import DivergenceError, run_seed
-from helpers import synthetic_source
+from gcl.training.fingerprint import fingerprint
+from gcl.training.run import PROGRESS_DIR, train_run
+from gcl.training.train import DivergenceError, run_seed
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
@@ -79,7 +79,7 @@ def project(tmp_path, monkeypatch):
 
 
 def test_seeds_finished_on_other_data_are_not_reused(project, monkeypatch):
-    import gcl.run as run_module
+    import gcl.training.run as run_module
     trained = []
     original = run_module.run_seed
     # seed 0 finished, then the run was interrupted; meanwhile the benchmark was rebuilt from other data

@@ -7,13 +7,29 @@ import zipfile
 import numpy as np
 import pytest
 import torch
+from image_fixtures import (
+    CIFAR10_NAMES,
+    WNIDS,
+    cifar_checksums,
+    md5,
+    rewrite_zip,
+    serve_folder,
+    tar_folder,
+    write_cifar10,
+    write_cifar100,
+    write_tinyimagenet_zip,
+)
 from torchvision.datasets import CIFAR10, CIFAR100
 
 from gcl.data import image_sources
 from gcl.data.image_sources import NORMALIZATION, TINY_MD5
-from gcl.data.sources import SOURCES, SourceError, load_source, prepare_source, read_source
-from image_fixtures import (CIFAR10_NAMES, WNIDS, cifar_checksums, md5, rewrite_zip, serve_folder, tar_folder,
-                            write_cifar10, write_cifar100, write_tinyimagenet_zip)
+from gcl.data.sources import (
+    SOURCES,
+    SourceError,
+    load_source,
+    prepare_source,
+    read_source,
+)
 
 
 def test_image_sources_are_registered():

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import synthetic_source
 
-from gcl.backbones import MLP
 from gcl.config import ParamsError, resolve_run
 from gcl.data.transforms import to_unit_float
 from gcl.methods import METHODS, MethodContext
@@ -14,8 +14,8 @@ from gcl.methods.agem import project
 from gcl.methods.der import der_loss
 from gcl.methods.gss import GSSBuffer, gradient_cosines
 from gcl.settings import defaults
-from gcl.train import run_seed
-from helpers import synthetic_source
+from gcl.training.backbones import MLP
+from gcl.training.train import run_seed
 
 CPU = torch.device("cpu")
 
@@ -277,7 +277,7 @@ def test_gss_scores_redundant_samples_high_and_keeps_novel_ones():
 
 
 def gss_on_resnet(channels_last: bool):
-    from gcl.backbones import build_backbone
+    from gcl.training.backbones import build_backbone
     torch.manual_seed(0)
     net = build_backbone("resnet18", (3, 8, 8), 10, channels_last=channels_last)
     ctx = MethodContext(device=CPU, n_classes=10, train_transform=to_unit_float,

@@ -6,17 +6,17 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import synthetic_source
 from torch import nn
 
-from gcl.backbones import MLP
 from gcl.data import sequential
 from gcl.data.transforms import to_unit_float
 from gcl.methods import METHODS, MethodContext
 from gcl.methods.base import Method, TaskData, register
 from gcl.methods.lwf import lwf_distillation, lwf_loss
 from gcl.methods.oewc import diagonal_fisher
-from gcl.train import run_seed
-from helpers import synthetic_source
+from gcl.training.backbones import MLP
+from gcl.training.train import run_seed
 
 CPU = torch.device("cpu")
 

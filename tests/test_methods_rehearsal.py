@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import synthetic_source
 from torch import nn
 
-from gcl.backbones import MLP, Backbone
 from gcl.config import resolve_run
 from gcl.data import sequential
 from gcl.data.transforms import to_unit_float
@@ -18,8 +18,8 @@ from gcl.methods.fdr import function_distance
 from gcl.methods.gem import project
 from gcl.methods.hal import RingBuffer, optimise_anchors
 from gcl.methods.icarl import herding
-from gcl.train import run_seed
-from helpers import synthetic_source
+from gcl.training.backbones import MLP, Backbone
+from gcl.training.train import run_seed
 
 CPU = torch.device("cpu")
 SETTINGS = {

@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 import torch
+from helpers import synthetic_source
 
 from gcl.data import mnist360
 from gcl.data.transforms import rotate
-from helpers import synthetic_source
 
 
 def test_segments_are_the_nine_pairs_three_times():

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import torch
 
-from gcl.progress import Progress, StreamProgress, clock
-from gcl.train import run_seed
+from gcl.training.progress import Progress, StreamProgress, clock
+from gcl.training.train import run_seed
 
 CPU = torch.device("cpu")
 LINE = re.compile(r"^\[(?P<run>[\w-]+) seed (?P<seed>\d+)\] (?P<where>task \d+/\d+, epoch \d+/\d+|segment \d+/\d+), "
@@ -53,7 +53,7 @@ def test_a_run_writes_its_log_beside_its_results(tmp_path, monkeypatch):
     from gcl.atomic import save_tensors
     from gcl.config import resolve_run
     from gcl.data import sequential
-    from gcl.run import train_run
+    from gcl.training.run import train_run
     monkeypatch.chdir(tmp_path)
     params = {"seeds": [0, 1], "device": "cpu", "sources": {"s": {}},
               "benchmarks": {"seq": {"kind": "sequential", "source": "s", "backbone": "mlp", "epochs": 1,

@@ -2,12 +2,12 @@
 import json
 
 import pytest
+from helpers import synthetic_source
 
 from gcl.atomic import save_tensors
 from gcl.config import resolve_run
-from gcl.run import PROGRESS_DIR, train_run
 from gcl.data import mnist360
-from helpers import synthetic_source
+from gcl.training.run import PROGRESS_DIR, train_run
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def test_parallel_seeds_give_the_same_numbers(project):
 
 
 def test_an_interrupted_run_resumes_with_its_finished_seeds(project, monkeypatch):
-    import gcl.run as run_module
+    import gcl.training.run as run_module
 
     first = json.loads(train_run(project).read_text())
     calls = []

@@ -5,16 +5,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from image_fixtures import cifar_checksums, write_cifar10
+from image_fixtures import labelled_source as source
 from torchvision.datasets import CIFAR10
 
 from gcl.config import ParamsError, check_data
-from gcl.data.benchmarks import SequentialSettings
 from gcl.data import sequential
 from gcl.data.augment import Normalize, TrainAugment
-from gcl.data.benchmarks import KINDS, build_benchmark, load_benchmark
+from gcl.data.benchmarks import (
+    KINDS,
+    SequentialSettings,
+    build_benchmark,
+    load_benchmark,
+)
 from gcl.data.sources import load_source, prepare_source
-from gcl.train import run_seed
-from image_fixtures import cifar_checksums, labelled_source as source, write_cifar10
+from gcl.training.train import run_seed
 
 CPU = torch.device("cpu")
 
@@ -134,8 +139,9 @@ def test_seq_cifar10_from_cifar_pickles_trains_and_scores_every_task(tmp_path, m
 def test_both_kinds_hold_out_the_same_images_for_validation():
     """The validation split is made in one place (gcl.data.split) for MNIST-360 and the sequential kinds:
     the last round(n * fraction) training images of each class, in source order."""
-    from gcl.data import mnist360
     from helpers import synthetic_source
+
+    from gcl.data import mnist360
     src = synthetic_source(per_class=30, test_per_class=4)
     m360 = mnist360.build_benchmark(src, {"validation_fraction": 0.2})
     seq = sequential.build_benchmark(src, {"n_tasks": 5, "classes_per_task": 2, "validation_fraction": 0.2})

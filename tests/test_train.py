@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from gcl.methods.base import METHODS, Method, register
-from gcl.train import run_seed
+from gcl.training.train import run_seed
 
 CPU = torch.device("cpu")
 
@@ -78,9 +78,10 @@ def test_joint_is_evaluated_once_after_training_on_everything(tiny_mnist360):
 
 
 def test_joint_sees_each_image_once_and_makes_its_own_epochs(monkeypatch):
+    from helpers import synthetic_source
+
     from gcl.data import sequential
     from gcl.methods.joint import Joint
-    from helpers import synthetic_source
 
     cfg = {"kind": "sequential", "source": "synthetic", "backbone": "mlp", "epochs": 3, "n_tasks": 5,
            "classes_per_task": 2, "augment": False}

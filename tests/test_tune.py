@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from image_fixtures import labelled_source as source
+from image_fixtures import write_er_params
 
 from gcl.atomic import save_tensors
-from image_fixtures import write_er_params, labelled_source as source
 
 TUNE = Path(__file__).resolve().parents[1] / "benchmarks" / "tune.py"
 

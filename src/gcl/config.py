@@ -16,9 +16,9 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import AfterValidator, Field, field_validator
 
-from gcl.devices import DEVICE_PATTERN
 from gcl.layout import run_dir
 from gcl.settings import ParamsError, Settings, validate
+from gcl.training.devices import DEVICE_PATTERN
 
 RUN_KEYS = ("benchmark", "method", "buffer", "epochs", "seeds")   # a run's own keys; the rest are method settings
 

@@ -27,11 +27,11 @@ import time
 import traceback
 from pathlib import Path
 
-from gcl.fingerprint import LIBRARY, library_digest
+from gcl.training.fingerprint import LIBRARY, library_digest
 
 KEEP_ALIVE = float(os.environ.get("GCL_WARM_KEEP_ALIVE", 120.0))   # seconds a server waits for a stage
 START_TIMEOUT = 60.0
-PRELOAD = ("torch", "gcl.config", "gcl.run", "gcl.data.sources", "gcl.report")   # what the stages import
+PRELOAD = ("torch", "gcl.config", "gcl.training.run", "gcl.data.sources", "gcl.report")   # what the stages import
 # environment variables read while torch and the library are imported: a server serves only stages that agree
 IMPORT_TIME_ENV = ("OMP_", "MKL_", "OPENBLAS_", "TORCH_", "PYTORCH_", "CUDA_", "LD_", "PYTHON")
 

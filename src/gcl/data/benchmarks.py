@@ -10,12 +10,12 @@ import torch
 from pydantic import Field
 
 from gcl.atomic import save_tensors
-from gcl.backbones import BACKBONES
 from gcl.data import mnist360, sequential
 from gcl.data.class_orders import CLASS_ORDERS
 from gcl.data.stream import Stream
 from gcl.data.transforms import to_unit_float
 from gcl.settings import Settings
+from gcl.training.backbones import BACKBONES
 
 Backbone = Literal[tuple(BACKBONES)]
 

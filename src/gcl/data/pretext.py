@@ -28,7 +28,7 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-from gcl.buffer import to_device
+from gcl.training.buffer import to_device
 
 N_ROTATIONS = 4
 # (width fraction, height fraction) of each centred crop, in the input's normalised coordinates

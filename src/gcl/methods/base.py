@@ -10,8 +10,8 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from gcl.buffer import ReservoirBuffer
 from gcl.settings import Settings
+from gcl.training.buffer import ReservoirBuffer
 
 
 @dataclass

@@ -37,8 +37,8 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from gcl.buffer import to_device
 from gcl.methods.base import Method, ReplaySettings, TaskData, register
+from gcl.training.buffer import to_device
 
 
 class RingBuffer:

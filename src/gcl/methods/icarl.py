@@ -36,8 +36,8 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from gcl.buffer import to_device
 from gcl.methods.base import Method, MethodSettings, TaskData, register
+from gcl.training.buffer import to_device
 
 
 def herding(features: torch.Tensor, m: int) -> torch.Tensor:

@@ -5,7 +5,7 @@ import hashlib
 import json
 from pathlib import Path
 
-LIBRARY = Path(__file__).parent
+LIBRARY = Path(__file__).parents[1]   # the whole gcl package
 
 
 def file_digest(path: str | Path, chunk: int = 1 << 22) -> str:

@@ -1,7 +1,7 @@
 """One run (one table cell: a benchmark, a method, a buffer): train every seed and aggregate.
 
 Each finished seed is saved under .gcl-progress/ with a fingerprint of its settings, of the
-benchmark file and of the library's code, and each unfinished one keeps a checkpoint there (gcl.checkpoint),
+benchmark file and of the library's code, and each unfinished one keeps a checkpoint there (gcl.training.checkpoint),
 so a run that was interrupted goes on where it stopped; the folder is removed once the run's metrics.json
 is written. Progress lines go to stdout and to the run's train.log.
 """
@@ -18,14 +18,14 @@ from pathlib import Path
 import torch
 
 from gcl.atomic import remove_stale_temporaries, save_tensors, write_json
-from gcl.checkpoint import Checkpoint
 from gcl.data.benchmarks import load_benchmark
-from gcl.devices import resolve_device, seed_devices
-from gcl.fingerprint import fingerprint
 from gcl.layout import benchmark_file, run_dir, run_log
 from gcl.processes import RunLock, die_with_parent
-from gcl.progress import Progress
-from gcl.train import DivergenceError, run_seed
+from gcl.training.checkpoint import Checkpoint
+from gcl.training.devices import resolve_device, seed_devices
+from gcl.training.fingerprint import fingerprint
+from gcl.training.progress import Progress
+from gcl.training.train import DivergenceError, run_seed
 
 PROGRESS_DIR = Path(".gcl-progress")
 FEATURE_SAMPLES = 1000   # evaluation images whose final features are kept (first seed) for t-SNE

@@ -9,13 +9,13 @@ import time
 import numpy as np
 import torch
 
-from gcl.backbones import build_backbone
-from gcl.checkpoint import Checkpoint, restore_rng_states, rng_states
 from gcl.data.benchmarks import kind_of
-from gcl.evaluate import Evaluator, summarise
 from gcl.methods import METHODS, MethodContext
 from gcl.methods.base import TaskData
-from gcl.progress import Progress, StreamProgress
+from gcl.training.backbones import build_backbone
+from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
+from gcl.training.evaluate import Evaluator, summarise
+from gcl.training.progress import Progress, StreamProgress
 
 
 class DivergenceError(RuntimeError):
