@@ -183,3 +183,14 @@ def test_a_run_may_override_its_benchmarks_epochs():
 def test_every_profile_is_valid(profile):
     p = yaml.safe_load((ROOT / profile).read_text())
     check_all(p)
+
+
+@pytest.mark.parametrize("option", ["bf16", "channels_last"])
+def test_precision_and_layout_are_training_settings_not_data(option):
+    """Toggling bf16 or channels_last re-runs the benchmark's train stages, never its benchmark@ stage: the
+    benchmark file is built from the data group alone."""
+    plain = check_data(params())["benchmarks"]["seq"]
+    toggled = check_data(params(**{f"benchmarks__seq__{option}": True}))["benchmarks"]["seq"]
+    assert toggled["data"] == plain["data"] and option not in toggled["data"]
+    assert toggled["training"][option] is True and plain["training"][option] is False
+    assert resolve_run(params(**{f"benchmarks__seq__{option}": True}), "s-coca-200")["benchmark"][option] is True
