@@ -276,6 +276,27 @@ def test_gss_scores_redundant_samples_high_and_keeps_novel_ones():
     assert (m.buffer.get("labels")[0] == 5).sum() >= 2 and len(m.buffer) == 8
 
 
+def test_gss_mlp_per_sample_gradients_match_vmap():
+    """On the MLP, per-sample gradients come from one batched backward (outer products of each Linear layer's
+    output gradient and input); they equal vmap's up to float rounding."""
+    from torch.func import functional_call, grad, vmap
+
+    from gcl.methods.gss import mlp_per_sample_grads
+    torch.manual_seed(0)
+    net = MLP((1, 28, 28), 9)
+    x, y = torch.rand(11, 1, 28, 28), torch.randint(0, 9, (11,))
+    fast = mlp_per_sample_grads(net, x, y)
+
+    def sample_loss(params, xi, yi):
+        return F.cross_entropy(functional_call(net, params, (xi[None],)), yi[None])
+
+    slow = vmap(grad(sample_loss), in_dims=(None, 0, 0))({k: p.detach() for k, p in net.named_parameters()}, x, y)
+    assert len(fast) == len(slow)
+    for f, s in zip(fast, slow.values()):
+        assert f.shape == s.flatten(1).shape and torch.allclose(f, s.flatten(1), atol=1e-6, rtol=1e-5)
+    assert all(p.grad is None for p in net.parameters())      # nothing accumulated into the network
+
+
 def gss_on_resnet(channels_last: bool):
     from gcl.training.backbones import build_backbone
     torch.manual_seed(0)
