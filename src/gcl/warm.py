@@ -29,7 +29,7 @@ from pathlib import Path
 
 from gcl.training.fingerprint import LIBRARY, library_digest
 
-KEEP_ALIVE = float(os.environ.get("GCL_WARM_KEEP_ALIVE", 120.0))   # seconds a server waits for a stage
+KEEP_ALIVE = float(os.environ.get("GCL_WARM_KEEP_ALIVE", "120"))   # seconds a server waits for a stage
 START_TIMEOUT = 60.0
 PRELOAD = ("torch", "gcl.config", "gcl.training.run", "gcl.data.sources", "gcl.report")   # what the stages import
 # environment variables read while torch and the library are imported: a server serves only stages that agree
@@ -64,7 +64,6 @@ def run_warm(script: str, main) -> None:
         if status is not None:
             sys.exit(status)
     main()
-
 
 
 def run_stage(script: str, argv: list[str]) -> int | None:
@@ -150,11 +149,8 @@ def serve(key: str, path: Path) -> None:
             if select.select([listener], [], [], 0.1)[0]:
                 conn, _ = listener.accept()
                 pid = _fork_stage(key, conn, listener)
-                if pid is None:
-                    if server_key() != key:
-                        break    # stale: the next client starts a new server
-                    continue
-                children[pid] = conn
+                if pid is not None:
+                    children[pid] = conn
             for pid in list(children):
                 done, status = os.waitpid(pid, os.WNOHANG)
                 if done:
@@ -171,7 +167,8 @@ def serve(key: str, path: Path) -> None:
 
 
 def _fork_stage(key: str, conn: socket.socket, listener: socket.socket) -> int | None:
-    """Receive a stage and fork its child; None when the request is not for this server."""
+    """Receive a stage and fork its child; None when the request is not for this server (its client then
+    runs the stage cold)."""
     msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
     request = json.loads(msg)
     if request.get("key") != key or len(fds) != 3:

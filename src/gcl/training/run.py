@@ -23,7 +23,7 @@ from gcl.layout import benchmark_file, run_dir, run_log
 from gcl.processes import RunLock, die_with_parent
 from gcl.training.checkpoint import Checkpoint
 from gcl.training.devices import resolve_device, seed_devices
-from gcl.training.fingerprint import fingerprint
+from gcl.training.fingerprint import file_digest, fingerprint
 from gcl.training.progress import Progress
 from gcl.training.train import DivergenceError, run_seed
 
@@ -82,11 +82,11 @@ def _train_run(spec: dict, workers: int, threads: int, checkpoint_minutes: float
     remove_stale_temporaries(out_dir)     # left by a killed write; DVC restores the outputs themselves
     log = Progress(key, run_log(run_cfg))
     log.log.unlink(missing_ok=True)
-    data_fingerprint = fingerprint(files=(bench_path,))
+    data_digest = file_digest(bench_path)   # the benchmark's bytes, read once for every seed
 
     seeds, todo = {}, []
     for i, seed in enumerate(spec["seeds"]):
-        seed_print = fingerprint(run_cfg, bench_cfg, seed, device.type, data_fingerprint)
+        seed_print = fingerprint(run_cfg, bench_cfg, seed, device.type, data_digest)
         done = progress / f"seed-{seed}-{seed_print}.json"
         if done.exists() and (i > 0 or features.exists()):
             # finished by an earlier, interrupted attempt with these exact settings and code

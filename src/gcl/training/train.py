@@ -64,8 +64,12 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
     train_transform, test_transform = kind.transforms(bench, bench_cfg)
     generator = seed_everything(seed)
     method_cls = METHODS[run_cfg["algorithm"]]
-    stream = (offline_stream(kind, bench, bench_cfg, run_cfg["batch"], generator) if method_cls.offline
-              else kind.stream(bench, bench_cfg, run_cfg["batch"], generator))
+    # an offline method (JOINT) is shown every training image once, with no evaluation along the way; it makes
+    # its own `epochs` passes once the stream is over and is evaluated only then
+    stream_epochs = 1 if method_cls.offline else bench_cfg["epochs"]
+    stream = kind.stream(bench, {**bench_cfg, "epochs": stream_epochs}, run_cfg["batch"], generator)
+    if method_cls.offline:
+        stream = dataclasses.replace(stream, eval_after=[])
     net = build_backbone(bench_cfg["backbone"], bench["input_shape"], bench["n_classes"],
                          channels_last=bench_cfg.get("channels_last", False)).to(device)
     ctx = MethodContext(device=device, n_classes=bench["n_classes"], train_transform=train_transform,
@@ -84,8 +88,7 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
     if saved is not None:
         loop.restore(saved)
         progress.say(f"resumed from {checkpoint.path} at step {loop.step} of {stream.steps}")
-    epochs = 1 if method_cls.offline else bench_cfg["epochs"]
-    result = loop.run(StreamProgress(progress, stream, kind.has_tasks, epochs, loop.step), checkpoint)
+    result = loop.run(StreamProgress(progress, stream, kind.has_tasks, stream_epochs, loop.step), checkpoint)
     with amp():
         net.eval()
         result["confusion"] = evaluate.confusion(method.predict, bench["n_classes"])
@@ -97,12 +100,6 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
         if feature_samples:
             result["features"] = evaluate.features(net.features, feature_samples)
     return result
-
-
-def offline_stream(kind, bench: dict, bench_cfg: dict, batch: int, generator: torch.Generator):
-    """What an offline method (JOINT) is shown: every training image once, with no evaluation along the way;
-    it makes its own `epochs` passes once the stream is over and is evaluated only then."""
-    return dataclasses.replace(kind.stream(bench, {**bench_cfg, "epochs": 1}, batch, generator), eval_after=[])
 
 
 def last_accuracy(rows: list[dict], has_tasks: bool) -> float | None:
