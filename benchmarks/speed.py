@@ -147,8 +147,7 @@ def method_loop(key: str, params: dict, preset: Preset, args, device: torch.devi
 def bare_loop(batch: int, preset: Preset, args, device: torch.device):
     """Plain PyTorch on the same backbone: forward, cross-entropy, backward, SGD on a pre-augmented batch."""
     torch.manual_seed(0)
-    backbone = "mlp" if preset.shape[0] == 1 else "resnet18"
-    net = build_backbone(backbone, preset.shape, CLASSES, channels_last=args.channels_last).to(device).train()
+    net = build_backbone(args.backbone, preset.shape, CLASSES, channels_last=args.channels_last).to(device).train()
     params = list(net.parameters())
     g = torch.Generator().manual_seed(0)
     x = torch.randn((batch, *preset.shape), generator=g).to(device)
@@ -229,7 +228,7 @@ def print_table(rows: list[dict], args) -> None:
 
 def time_cell(args) -> None:
     """One seed of one params.yaml cell, as `dvc repro` would train it, without writing anything."""
-    from gcl.config import resolve_benchmark
+    from gcl.config import resolve_runtime
     from gcl.data.benchmarks import load_benchmark
     from gcl.layout import benchmark_file
     from gcl.training.devices import resolve_device
@@ -238,7 +237,7 @@ def time_cell(args) -> None:
     params = load_params(args.profile or "params.yaml")
     spec = resolve_run(params, args.cell)
     run_cfg, bench_cfg = spec["run"], spec["benchmark"]
-    torch.set_num_threads(resolve_benchmark(params, run_cfg["benchmark"])["runtime"]["threads"])
+    torch.set_num_threads(resolve_runtime(params, run_cfg)["threads"])
     device = resolve_device(spec["device"])
     bench = load_benchmark(benchmark_file(run_cfg["benchmark"]), spec["data"])
     r = run_seed(bench, bench_cfg, run_cfg, args.seed, device)

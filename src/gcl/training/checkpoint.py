@@ -12,7 +12,7 @@ import pickle
 import random
 import time
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -53,23 +53,16 @@ class Checkpoint:
     path: Path
     fingerprint: str
     every_seconds: float
-
-    def __post_init__(self):
-        self._last = time.monotonic()
-
-    def __getstate__(self):
-        return {"path": self.path, "fingerprint": self.fingerprint, "every_seconds": self.every_seconds}
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._last = time.monotonic()
+    # when the last one was written (or the seed began); the monotonic clock is the machine's, so a worker
+    # process handed this object compares against it correctly
+    last: float = field(default_factory=time.monotonic, repr=False, compare=False)
 
     def due(self, task_ended: bool) -> bool:
-        return task_ended or time.monotonic() - self._last >= self.every_seconds
+        return task_ended or time.monotonic() - self.last >= self.every_seconds
 
     def save(self, state: dict) -> None:
         save_tensors(self.path, {"fingerprint": self.fingerprint, **state})
-        self._last = time.monotonic()
+        self.last = time.monotonic()
 
     def load(self, say) -> dict | None:
         """The saved state, or None when there is none; a checkpoint of other settings, data or code (or one
