@@ -3,7 +3,8 @@
 check@data resolves the sources and benchmarks (what prepare@ and benchmark@ read); check@runs resolves
 every run and the report (what train@ and report read). Both depend on the whole params.yaml, so the
 file is validated on every `dvc repro` that follows an edit; the files they write change only where a
-setting changed, so only the stages that read a changed setting re-run.
+setting changed, so only the stages that read a changed setting re-run. Each run's file also carries the
+digest of the code its train stage runs (gcl.layout.TRAIN_CODE): a code change re-runs every train stage.
 """
 import sys
 
@@ -15,7 +16,9 @@ USAGE = "usage: python stages/check.py data|runs"
 def main() -> None:
     from gcl.atomic import write_json
     from gcl.config import check_data, check_runs, load_params
+    from gcl.training.fingerprint import tree_digest
     from gcl.layout import (
+        TRAIN_CODE,
         resolved_benchmark,
         resolved_report,
         resolved_run,
@@ -34,8 +37,9 @@ def main() -> None:
             write_json(resolved_benchmark(name), {"data": groups["data"]})
     else:
         resolved = check_runs(params)
+        code = tree_digest(TRAIN_CODE)   # the train stages' code, as part of each run's settings
         for key, spec in resolved["runs"].items():
-            write_json(resolved_run(key), spec)
+            write_json(resolved_run(key), {**spec, "code": code})
         write_json(resolved_report(), resolved["report"])
     print(f"params.yaml: {sys.argv[1]} settings valid")
 

@@ -1,5 +1,7 @@
 """Stage train@<run>: every seed of one run; writes runs/<benchmark>/<method>/<buffer>/metrics.json.
 
+It refuses settings that check@runs resolved for other code than is there now.
+
 The work runs in a warm process when one is available (gcl.warm: no torch import per stage), else here."""
 import sys
 
@@ -8,12 +10,17 @@ from gcl.warm import run_warm
 
 def main() -> None:
     from gcl.config import load_params, read_resolved, resolve_runtime
-    from gcl.layout import resolved_run
+    from gcl.layout import TRAIN_CODE, resolved_run
+    from gcl.training.fingerprint import tree_digest
     from gcl.training.run import train_run
 
     if len(sys.argv) != 2:
         sys.exit("usage: python stages/train.py <run>   (a key of runs: in params.yaml)")
     spec = read_resolved(resolved_run(sys.argv[1]))
+    if spec.get("code") != tree_digest(TRAIN_CODE):
+        # e.g. `dvc repro -s train@<run>` after an edit: the settings were resolved for other code
+        sys.exit(f"{resolved_run(sys.argv[1])} was resolved for other code than {', '.join(TRAIN_CODE)} hold "
+                 "now: run `dvc repro check@runs` (or a plain `dvc repro`) first")
     print(train_run(spec, **resolve_runtime(load_params(), spec["run"])))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +19,8 @@ from gcl.atomic import remove_stale_temporaries, save_tensors, write_json
 from gcl.config import resolve_run
 from gcl.data import mnist360, sequential
 from gcl.processes import RunLock, RunLockedError
-from gcl.training.fingerprint import fingerprint
+from gcl.layout import TRAIN_CODE
+from gcl.training.fingerprint import fingerprint, tree_digest
 from gcl.training.run import PROGRESS_DIR, train_run
 from gcl.training.train import DivergenceError, run_seed
 
@@ -54,6 +56,54 @@ def test_json_is_written_strictly(tmp_path):
     with pytest.raises(ValueError):
         write_json(tmp_path / "m.json", {"class_il": float("nan")})
     assert not (tmp_path / "m.json").exists() and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_the_code_digest_sees_source_and_not_bytecode(tmp_path):
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "main.py").write_text("x = 1\n")
+    (tmp_path / "pkg" / "sub" / "m.py").write_text("y = 2\n")
+    digest = tree_digest(["main.py", "pkg"], tmp_path)
+    (tmp_path / "pkg" / "__pycache__").mkdir()
+    (tmp_path / "pkg" / "__pycache__" / "m.cpython-311.pyc").write_bytes(b"\0bytecode")
+    (tmp_path / "pkg" / "stray.pyc").write_bytes(b"\0")
+    assert tree_digest(["main.py", "pkg"], tmp_path) == digest
+    (tmp_path / "pkg" / "sub" / "m.py").write_text("y = 3\n")
+    assert tree_digest(["main.py", "pkg"], tmp_path) != digest
+    (tmp_path / "pkg" / "sub" / "m.py").write_text("y = 2\n")
+    (tmp_path / "pkg" / "sub" / "m.py").rename(tmp_path / "pkg" / "sub" / "n.py")
+    assert tree_digest(["main.py", "pkg"], tmp_path) != digest      # a file's name is part of the code
+    with pytest.raises(FileNotFoundError, match="missing"):
+        tree_digest(["main.py", "gone"], tmp_path)
+
+
+def test_check_runs_depends_on_all_the_code_train_stages_run():
+    """The train stages' only link to their code is the digest check@runs writes: check@ must depend on all of
+    it, and the train stages on their settings and benchmark."""
+    import yaml
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    assert set(TRAIN_CODE) <= set(stages["check"]["do"]["deps"])
+    assert stages["train"]["do"]["deps"] == ["data/benchmarks/${item.benchmark}", "resolved/runs/${key}.json"]
+    assert stages["train"]["do"]["cmd"].startswith("python stages/train.py")   # itself part of TRAIN_CODE
+
+
+def test_a_train_stage_refuses_settings_resolved_for_other_code(tmp_path):
+    project = tmp_path / "project"
+    for part in ("stages", "src/gcl"):
+        shutil.copytree(ROOT / part, project / part, ignore=shutil.ignore_patterns("__pycache__"))
+    key = "mnist-360-er-200"
+    write_json(project / "resolved" / "runs" / f"{key}.json", {"key": key, "code": "resolved-for-older-code"})
+    env = {**os.environ, "PYTHONPATH": str(project / "src"), "GCL_WARM": "0"}
+    done = subprocess.run([sys.executable, "stages/train.py", key], cwd=project, env=env, capture_output=True,
+                          text=True)
+    assert done.returncode != 0
+    assert f"resolved/runs/{key}.json was resolved for other code" in done.stderr
+    assert "run `dvc repro check@runs`" in done.stderr
+    assert not (project / "runs").exists()
+    write_json(project / "resolved" / "runs" / f"{key}.json",
+               {"key": key, "code": tree_digest(TRAIN_CODE, project)})
+    done = subprocess.run([sys.executable, "stages/train.py", key], cwd=project, env=env, capture_output=True,
+                          text=True)
+    assert "resolved for other code" not in done.stderr   # past the check (it then lacks params.yaml)
 
 
 def test_the_resume_fingerprint_covers_the_benchmark_data(tmp_path):

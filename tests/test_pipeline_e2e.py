@@ -141,6 +141,32 @@ def test_importing_with_bytecode_on_leaves_every_stage_up_to_date(project):
 
 
 @pytest.mark.e2e
+def test_a_change_to_the_training_code_makes_every_train_stage_stale(project):
+    """Train stages depend on the code they run through the digest check@runs writes into their settings: an
+    edit makes check@ stale, then every train stage, and a train stage run alone before check@runs refuses."""
+    source = project / "src" / "gcl" / "methods" / "er.py"
+    original = source.read_bytes()
+    trains = {line.split()[0] for line in sh(project, "dvc", "stage", "list").stdout.splitlines()
+              if line.startswith("train@")}
+    try:
+        source.write_bytes(original + b"# an edit\n")
+        status = sh(project, "dvc", "status").stdout
+        assert "check@runs" in status and "src/gcl/methods" in status, status
+        # DVC itself sees nothing new for the stage alone (its two files are unchanged): forced, it refuses
+        done = sh(project, "dvc", "repro", "-s", "-f", "train@mnist-360-er-200", check=False)
+        assert done.returncode != 0
+        assert "was resolved for other code" in done.stdout + done.stderr
+        assert "dvc repro check@runs" in done.stdout + done.stderr
+        sh(project, "dvc", "repro", "check@runs")
+        status = sh(project, "dvc", "status").stdout
+        assert {s for s in trains if f"{s}:" in status} == trains, status
+    finally:
+        source.write_bytes(original)
+    sh(project, "dvc", "repro", "check@runs")
+    assert "up to date" in sh(project, "dvc", "status").stdout
+
+
+@pytest.mark.e2e
 def test_a_bad_param_stops_repro_before_training_with_the_projects_message(project):
     for change, message in [
         ({"runs__mnist-360-er-200__lr": "fast"}, "runs.mnist-360-er-200.lr = 'fast' is not accepted"),

@@ -6,13 +6,19 @@
     resolved/runs/report.json              check@runs: what the report reads
     data/raw/<source>/data.pt              prepare@<source>
     data/benchmarks/<name>/benchmark.pt    benchmark@<name>
-    runs/<benchmark>/<method>/<buffer>/    train@<run>: metrics.json, features.pt, train.log
+    runs/<benchmark>/<method>/<buffer>/    train@<run>: metrics.json, features.pt, train.log (one output)
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 RESOLVED = Path("resolved")
+
+# The code a train stage runs (relative to the project root). check@runs depends on it and writes its digest
+# into every resolved/runs/<run>.json, so that a train stage depends on two files (its settings with that
+# digest, and its benchmark) instead of on each of these: a short dvc.lock, which DVC re-reads and rewrites
+# after every stage. A code change re-runs check@runs, which changes every run's settings file.
+TRAIN_CODE = ("stages/train.py", "src/gcl/atomic.py", "src/gcl/training", "src/gcl/data", "src/gcl/methods")
 
 
 def resolved_source(name: str) -> Path:

@@ -16,13 +16,27 @@ def file_digest(path: str | Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
+def tree_digest(paths, root: str | Path = ".") -> str:
+    """The names and bytes of every file of `paths` (files or folders, relative to `root`), file by file, as a
+    DVC dependency on them sees them: bytecode (__pycache__, *.pyc, *.pyo) is not source and is left out."""
+    root = Path(root)
+    files = []
+    for path in map(Path, paths):
+        if not (root / path).exists():
+            raise FileNotFoundError(f"{root / path}: part of the code being hashed, but missing")
+        found = [root / path] if (root / path).is_file() else (root / path).rglob("*")
+        files += [f for f in found if f.is_file() and f.suffix not in (".pyc", ".pyo")
+                  and "__pycache__" not in f.relative_to(root).parts]
+    h = hashlib.sha256()
+    for f in sorted(files):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0")
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
 def library_digest() -> str:
     """The bytes of the library's code, file by file."""
-    h = hashlib.sha256()
-    for path in sorted(LIBRARY.rglob("*.py")):
-        h.update(str(path.relative_to(LIBRARY)).encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()
+    return tree_digest(["."], LIBRARY)
 
 
 def fingerprint(*parts, files: tuple[str | Path, ...] = ()) -> str:
