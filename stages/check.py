@@ -7,8 +7,11 @@ setting changed, so only the stages that read a changed setting re-run. Each run
 digest of the code its train stage runs (gcl.layout.TRAIN_CODE): a code change re-runs every train stage.
 """
 import sys
+from pathlib import Path
 
 from gcl.warm import run_warm
+
+PROJECT = Path(__file__).resolve().parents[1]   # TRAIN_CODE's paths are relative to the project root
 
 USAGE = "usage: python stages/check.py data|runs"
 
@@ -37,7 +40,7 @@ def main() -> None:
             write_json(resolved_benchmark(name), {"data": groups["data"]})
     else:
         resolved = check_runs(params)
-        code = tree_digest(TRAIN_CODE)   # the train stages' code, as part of each run's settings
+        code = tree_digest(TRAIN_CODE, PROJECT)   # the train stages' code, as part of each run's settings
         for key, spec in resolved["runs"].items():
             write_json(resolved_run(key), {**spec, "code": code})
         write_json(resolved_report(), resolved["report"])

@@ -4,8 +4,11 @@ It refuses settings that check@runs resolved for other code than is there now.
 
 The work runs in a warm process when one is available (gcl.warm: no torch import per stage), else here."""
 import sys
+from pathlib import Path
 
 from gcl.warm import run_warm
+
+PROJECT = Path(__file__).resolve().parents[1]   # TRAIN_CODE's paths are relative to the project root
 
 
 def main() -> None:
@@ -17,7 +20,7 @@ def main() -> None:
     if len(sys.argv) != 2:
         sys.exit("usage: python stages/train.py <run>   (a key of runs: in params.yaml)")
     spec = read_resolved(resolved_run(sys.argv[1]))
-    if spec.get("code") != tree_digest(TRAIN_CODE):
+    if spec.get("code") != tree_digest(TRAIN_CODE, PROJECT):
         # e.g. `dvc repro -s train@<run>` after an edit: the settings were resolved for other code
         sys.exit(f"{resolved_run(sys.argv[1])} was resolved for other code than {', '.join(TRAIN_CODE)} hold "
                  "now: run `dvc repro check@runs` (or a plain `dvc repro`) first")

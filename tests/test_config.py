@@ -194,3 +194,17 @@ def test_precision_and_layout_are_training_settings_not_data(option):
     assert toggled["data"] == plain["data"] and option not in toggled["data"]
     assert toggled["training"][option] is True and plain["training"][option] is False
     assert resolve_run(params(**{f"benchmarks__seq__{option}": True}), "s-coca-200")["benchmark"][option] is True
+
+
+@pytest.mark.parametrize("profile", ["params.yaml", "profiles/ci.yaml", "profiles/paper.yaml"])
+def test_params_files_read_the_same_with_libyaml_as_in_pure_python(profile):
+    from gcl.config import load_params
+    assert load_params(ROOT / profile) == yaml.safe_load((ROOT / profile).read_text())
+
+
+def test_a_params_file_that_is_not_yaml_is_named(tmp_path):
+    from gcl.config import load_params
+    bad = tmp_path / "params.yaml"
+    bad.write_text("seeds: [0, 1\nworkers: 2\n")
+    with pytest.raises(ParamsError, match="params.yaml is not valid YAML"):
+        load_params(bad)

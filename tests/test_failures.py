@@ -189,7 +189,7 @@ def test_killing_a_stages_parent_ends_the_stage_and_its_workers(tmp_path):
     import yaml
     (folder / "params.yaml").write_text(yaml.safe_dump(params))
     spec = resolve_run(params, "long")
-    write_json(folder / "resolved/runs/long.json", spec)
+    write_json(folder / "resolved/runs/long.json", {**spec, "code": tree_digest(TRAIN_CODE, ROOT)})
     bench = sequential.build_benchmark(synthetic_source(per_class=20), spec["data"])
     bench["config"] = spec["data"]
     save_tensors(folder / "data/benchmarks/seq/benchmark.pt", bench)

@@ -162,7 +162,9 @@ def test_a_change_to_the_training_code_makes_every_train_stage_stale(project):
         assert {s for s in trains if f"{s}:" in status} == trains, status
     finally:
         source.write_bytes(original)
-    sh(project, "dvc", "repro", "check@runs")
+    # the forced stage had its outputs removed by DVC before it refused: DVC's run cache restores them
+    out = sh(project, "dvc", "repro").stdout
+    assert not {s for s in stages_run(out) if s.startswith("train@")}, out
     assert "up to date" in sh(project, "dvc", "status").stdout
 
 
