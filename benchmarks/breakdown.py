@@ -18,6 +18,9 @@ prints its metrics.json path as it ends; DVC says when it takes over again ("Upd
                (CPU-side, over parallel processes), the rest of the wall time evaluation, loading and writing
 
 Other stages (check, prepare, benchmark, report) count whole as their kind.
+
+The machine this runs on may be shared: before and after each run a fixed reference workload (an MLP step)
+is timed, so that a slow run can be told from a slow moment of the machine.
 """
 from __future__ import annotations
 
@@ -95,6 +98,31 @@ def parse(lines: list[tuple[float, str]], total: float) -> list[dict]:
     return out
 
 
+def machine_speed(steps: int = 300, repeats: int = 3) -> float:
+    """Milliseconds per step of a fixed reference (the default profile's MLP, batch 10, SGD, one thread), median
+    of `repeats`: the shared machine's speed at that moment, so that runs measured at different times compare."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.rand(steps, 10, 784, generator=g), torch.randint(0, 10, (steps, 10), generator=g)
+        net = torch.nn.Sequential(torch.nn.Linear(784, 100), torch.nn.ReLU(), torch.nn.Linear(100, 100),
+                                  torch.nn.ReLU(), torch.nn.Linear(100, 10))
+        opt = torch.optim.SGD(net.parameters(), lr=0.01)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for i in range(steps):
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(net(x[i]), y[i]).backward()
+                opt.step()
+            times.append((time.perf_counter() - start) / steps * 1000)
+        return statistics.median(times)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def fresh_clone(dst: Path, params: str | None) -> None:
     subprocess.run(["git", "clone", "-q", str(ROOT), str(dst)], check=True)
     if params:
@@ -114,7 +142,7 @@ def one_run(params: str | None, keep: Path | None) -> tuple[float, list[dict]]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def summary(total: float, rows: list[dict]) -> str:
+def summary(total: float, rows: list[dict], probe: tuple[float, float] | None = None) -> str:
     by_kind = defaultdict(lambda: defaultdict(float))
     for r in rows:
         for k in ("dvc", "start-up", "seeds", "training", "other"):
@@ -138,6 +166,9 @@ def summary(total: float, rows: list[dict]) -> str:
         slow = sorted(train, key=lambda r: -(r["dvc"] + r["start-up"] + r["seeds"]))[:8]
         lines.append("slowest train stages (wall s, training s summed over seeds): " + ", ".join(
             f"{r['stage'][6:]} {r['dvc'] + r['start-up'] + r['seeds']:.1f} ({r['training']:.1f})" for r in slow))
+    if probe:
+        lines.append(f"machine speed: reference MLP step {probe[0]:.3f} ms before the run, {probe[1]:.3f} ms after "
+                     "(one thread; higher = a slower machine at that moment)")
     return "\n".join(lines)
 
 
@@ -152,10 +183,12 @@ def main(argv=None) -> list[tuple[float, list[dict]]]:
         print("note: the clone is of HEAD; uncommitted changes are not in it", file=sys.stderr)
     results = []
     for i in range(args.repeat):
+        before = machine_speed()
         total, rows = one_run(args.params, args.log)
+        probe = (before, machine_speed())
         results.append((total, rows))
         print(f"--- run {i + 1} of {args.repeat}")
-        print(summary(total, rows), flush=True)
+        print(summary(total, rows, probe), flush=True)
     if args.repeat > 1:
         walls = [t for t, _ in results]
         print(f"best {min(walls):.1f} s, worst {max(walls):.1f} s, over {len(walls)} cold runs")

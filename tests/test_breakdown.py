@@ -43,3 +43,11 @@ def test_phases_of_each_stage(breakdown):
     assert report["other"] == pytest.approx(6.8) and report["dvc"] == pytest.approx(0.2 + 1.0)
     text = breakdown.summary(21.0, list(rows.values()))
     assert "cold `dvc repro`: 21.0 s wall, 4 stages" in text and "DVC before the first stage: 0.5 s" in text
+
+
+def test_the_machine_speed_probe_is_reported_beside_the_run(breakdown):
+    ms = breakdown.machine_speed(steps=20, repeats=2)
+    assert 0 < ms < 1000
+    rows = breakdown.parse(LINES, total=21.0)
+    assert "reference MLP step 0.450 ms before the run, 0.600 ms after" in breakdown.summary(21.0, rows, (0.45, 0.6))
+    assert "machine speed" not in breakdown.summary(21.0, rows)
