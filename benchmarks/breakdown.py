@@ -98,29 +98,35 @@ def parse(lines: list[tuple[float, str]], total: float) -> list[dict]:
     return out
 
 
-def machine_speed(steps: int = 300, repeats: int = 3) -> float:
-    """Milliseconds per step of a fixed reference (the default profile's MLP, batch 10, SGD, one thread), median
-    of `repeats`: the shared machine's speed at that moment, so that runs measured at different times compare."""
+def machine_speed(batch: int = 10, steps: int = 300, repeats: int = 3) -> float:
+    """Milliseconds per step of a fixed reference (the default profile's MLP, SGD, one thread, `batch` images),
+    median of `repeats`: the shared machine's speed at that moment, so that runs measured at different times
+    compare. At batch 10 a step is mostly dispatch overhead, at batch 800 mostly matrix products."""
     import torch
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         g = torch.Generator().manual_seed(0)
-        x, y = torch.rand(steps, 10, 784, generator=g), torch.randint(0, 10, (steps, 10), generator=g)
+        x, y = torch.rand(batch, 784, generator=g), torch.randint(0, 10, (batch,), generator=g)
         net = torch.nn.Sequential(torch.nn.Linear(784, 100), torch.nn.ReLU(), torch.nn.Linear(100, 100),
                                   torch.nn.ReLU(), torch.nn.Linear(100, 10))
         opt = torch.optim.SGD(net.parameters(), lr=0.01)
         times = []
         for _ in range(repeats):
             start = time.perf_counter()
-            for i in range(steps):
+            for _ in range(steps):
                 opt.zero_grad()
-                torch.nn.functional.cross_entropy(net(x[i]), y[i]).backward()
+                torch.nn.functional.cross_entropy(net(x), y).backward()
                 opt.step()
             times.append((time.perf_counter() - start) / steps * 1000)
         return statistics.median(times)
     finally:
         torch.set_num_threads(threads)
+
+
+def machine_probe() -> tuple[float, float]:
+    """(ms per reference step at batch 10, at batch 800)."""
+    return machine_speed(10, 300), machine_speed(800, 30)
 
 
 def fresh_clone(dst: Path, params: str | None) -> None:
@@ -142,7 +148,7 @@ def one_run(params: str | None, keep: Path | None) -> tuple[float, list[dict]]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def summary(total: float, rows: list[dict], probe: tuple[float, float] | None = None) -> str:
+def summary(total: float, rows: list[dict], probe: tuple[tuple[float, float], tuple[float, float]] | None = None) -> str:
     by_kind = defaultdict(lambda: defaultdict(float))
     for r in rows:
         for k in ("dvc", "start-up", "seeds", "training", "other"):
@@ -167,8 +173,10 @@ def summary(total: float, rows: list[dict], probe: tuple[float, float] | None = 
         lines.append("slowest train stages (wall s, training s summed over seeds): " + ", ".join(
             f"{r['stage'][6:]} {r['dvc'] + r['start-up'] + r['seeds']:.1f} ({r['training']:.1f})" for r in slow))
     if probe:
-        lines.append(f"machine speed: reference MLP step {probe[0]:.3f} ms before the run, {probe[1]:.3f} ms after "
-                     "(one thread; higher = a slower machine at that moment)")
+        (small0, large0), (small1, large1) = probe
+        lines.append(f"machine speed (reference MLP step, one thread; higher = a slower machine at that moment): "
+                     f"batch 10 {small0:.3f} ms before the run, {small1:.3f} ms after; "
+                     f"batch 800 {large0:.2f} ms before, {large1:.2f} ms after")
     return "\n".join(lines)
 
 
@@ -183,9 +191,10 @@ def main(argv=None) -> list[tuple[float, list[dict]]]:
         print("note: the clone is of HEAD; uncommitted changes are not in it", file=sys.stderr)
     results = []
     for i in range(args.repeat):
-        before = machine_speed()
+        before = machine_probe()
         total, rows = one_run(args.params, args.log)
-        probe = (before, machine_speed())
+        time.sleep(10)   # DVC starts a short-lived background process as it exits: let it finish first
+        probe = (before, machine_probe())
         results.append((total, rows))
         print(f"--- run {i + 1} of {args.repeat}")
         print(summary(total, rows, probe), flush=True)

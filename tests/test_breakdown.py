@@ -46,8 +46,9 @@ def test_phases_of_each_stage(breakdown):
 
 
 def test_the_machine_speed_probe_is_reported_beside_the_run(breakdown):
-    ms = breakdown.machine_speed(steps=20, repeats=2)
+    ms = breakdown.machine_speed(batch=10, steps=20, repeats=2)
     assert 0 < ms < 1000
     rows = breakdown.parse(LINES, total=21.0)
-    assert "reference MLP step 0.450 ms before the run, 0.600 ms after" in breakdown.summary(21.0, rows, (0.45, 0.6))
+    text = breakdown.summary(21.0, rows, ((0.45, 9.5), (0.6, 12.25)))
+    assert "batch 10 0.450 ms before the run, 0.600 ms after; batch 800 9.50 ms before, 12.25 ms after" in text
     assert "machine speed" not in breakdown.summary(21.0, rows)
