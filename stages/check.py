@@ -7,11 +7,8 @@ setting changed, so only the stages that read a changed setting re-run. Each run
 digest of the code its train stage runs (gcl.layout.TRAIN_CODE): a code change re-runs every train stage.
 """
 import sys
-from pathlib import Path
 
 from gcl.warm import run_warm
-
-PROJECT = Path(__file__).resolve().parents[1]   # TRAIN_CODE's paths are relative to the project root
 
 USAGE = "usage: python stages/check.py data|runs"
 
@@ -19,14 +16,13 @@ USAGE = "usage: python stages/check.py data|runs"
 def main() -> None:
     from gcl.atomic import write_json
     from gcl.config import check_data, check_runs, load_params
-    from gcl.training.fingerprint import tree_digest
     from gcl.layout import (
-        TRAIN_CODE,
         resolved_benchmark,
         resolved_report,
         resolved_run,
         resolved_source,
     )
+    from gcl.training.fingerprint import train_code_digest
 
     if len(sys.argv) != 2 or sys.argv[1] not in ("data", "runs"):
         sys.exit(USAGE)
@@ -40,7 +36,7 @@ def main() -> None:
             write_json(resolved_benchmark(name), {"data": groups["data"]})
     else:
         resolved = check_runs(params)
-        code = tree_digest(TRAIN_CODE, PROJECT)   # the train stages' code, as part of each run's settings
+        code = train_code_digest(__file__)   # the train stages' code, as part of each run's settings
         for key, spec in resolved["runs"].items():
             write_json(resolved_run(key), {**spec, "code": code})
         write_json(resolved_report(), resolved["report"])

@@ -4,23 +4,20 @@ It refuses settings that check@runs resolved for other code than is there now.
 
 The work runs in a warm process when one is available (gcl.warm: no torch import per stage), else here."""
 import sys
-from pathlib import Path
 
 from gcl.warm import run_warm
-
-PROJECT = Path(__file__).resolve().parents[1]   # TRAIN_CODE's paths are relative to the project root
 
 
 def main() -> None:
     from gcl.config import load_params, read_resolved, resolve_runtime
     from gcl.layout import TRAIN_CODE, resolved_run
-    from gcl.training.fingerprint import tree_digest
+    from gcl.training.fingerprint import train_code_digest
     from gcl.training.run import train_run
 
     if len(sys.argv) != 2:
         sys.exit("usage: python stages/train.py <run>   (a key of runs: in params.yaml)")
     spec = read_resolved(resolved_run(sys.argv[1]))
-    if spec.get("code") != tree_digest(TRAIN_CODE, PROJECT):
+    if spec.get("code") != train_code_digest(__file__):
         # e.g. `dvc repro -s train@<run>` after an edit: the settings were resolved for other code
         sys.exit(f"{resolved_run(sys.argv[1])} was resolved for other code than {', '.join(TRAIN_CODE)} hold "
                  "now: run `dvc repro check@runs` (or a plain `dvc repro`) first")
