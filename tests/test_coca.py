@@ -197,6 +197,20 @@ def test_paper_labels_are_crop_then_rotation():
     assert SHAPES["aspect-1.33"][0] / SHAPES["aspect-1.33"][1] == pytest.approx(1.33)
 
 
+def test_turned_grids_give_the_sampled_crop_turned_bit_for_bit():
+    """One grid_sample with the label's turned grid is the crop sampled, then rotated by torch.rot90: the same
+    floats, for every label, odd batch sizes and images of 28 and 32 pixels."""
+    from gcl.data.pretext import _shape_grids
+    gen = torch.Generator().manual_seed(0)
+    for size, n in ((28, 7), (32, 3), (28, 1)):
+        x = torch.rand(n, 3, size, size, generator=gen)
+        grids = _shape_grids("paper", size, size, x.dtype, x.device)
+        for label in range(16):
+            labels = torch.full((n,), label)
+            crop = F.grid_sample(x, grids[labels // 4], mode="bilinear", padding_mode="border", align_corners=False)
+            assert torch.equal(apply_pretext(x, labels, "paper"), torch.rot90(crop, label % 4, dims=(-2, -1)))
+
+
 def test_random_pretext_draws_one_transformation_per_sample():
     x = torch.rand(64, 1, 8, 8)
     out, labels = random_pretext(x, "paper", torch.Generator().manual_seed(0))

@@ -157,12 +157,11 @@ def test_agem_observe_steps_along_the_projected_gradient():
 
 
 def _inputs_seen(m) -> list[torch.Tensor]:
-    """What the network is given: every forward (A-GEM), or the images whose gradients GSS scores (its
-    per-sample gradients run under vmap, where a hook cannot keep its input)."""
+    """What the network is given: every forward (A-GEM), or the images whose gradients GSS scores."""
     seen = []
-    if hasattr(m, "per_sample_grads"):
-        original = m.per_sample_grads
-        m.per_sample_grads = lambda x, y: (seen.append(x.detach().clone()), original(x, y))[1]
+    if hasattr(m, "score_cosines"):
+        original = m.score_cosines
+        m.score_cosines = lambda x, y, n: (seen.append(x.detach().clone()), original(x, y, n))[1]
     else:
         m.net.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
     return seen
@@ -276,25 +275,22 @@ def test_gss_scores_redundant_samples_high_and_keeps_novel_ones():
     assert (m.buffer.get("labels")[0] == 5).sum() >= 2 and len(m.buffer) == 8
 
 
-def test_gss_mlp_per_sample_gradients_match_vmap():
-    """On the MLP, per-sample gradients come from one batched backward (outer products of each Linear layer's
-    output gradient and input); they equal vmap's up to float rounding."""
-    from torch.func import functional_call, grad, vmap
-
-    from gcl.methods.gss import mlp_per_sample_grads
+def test_gss_factored_cosines_match_the_explicit_per_sample_gradients():
+    """On the MLP, GSS's cosines come from the Linear layers' gradient factors (Gram matrices of output gradients
+    and inputs); they equal the cosines of vmap's explicit per-sample gradients up to float rounding."""
+    from gcl.methods.gss import factored_gradient_cosines, mlp_gradient_factors
+    m = make_method("gss", buffer=8, lr=0.1, batch=4, replay_batch=4, gss_minibatch=7)
     torch.manual_seed(0)
-    net = MLP((1, 28, 28), 9)
-    x, y = torch.rand(11, 1, 28, 28), torch.randint(0, 9, (11,))
-    fast = mlp_per_sample_grads(net, x, y)
-
-    def sample_loss(params, xi, yi):
-        return F.cross_entropy(functional_call(net, params, (xi[None],)), yi[None])
-
-    slow = vmap(grad(sample_loss), in_dims=(None, 0, 0))({k: p.detach() for k, p in net.named_parameters()}, x, y)
-    assert len(fast) == len(slow)
-    for f, s in zip(fast, slow.values()):
-        assert f.shape == s.flatten(1).shape and torch.allclose(f, s.flatten(1), atol=1e-6, rtol=1e-5)
-    assert all(p.grad is None for p in net.parameters())      # nothing accumulated into the network
+    x, y = torch.rand(11, 1, 28, 28), torch.randint(0, 10, (11,))
+    x[2] = 0.0                                       # a sample with an input of zeros still has bias gradients
+    grads = m.per_sample_grads(x, y)                 # vmap over the network's own parameters
+    for n_new in (1, 4):
+        batch_cos, sample_cos = gradient_cosines([g[:n_new] for g in grads], [g[n_new:] for g in grads])
+        fast_batch, fast_sample = factored_gradient_cosines(mlp_gradient_factors(m.net, x, y), n_new)
+        assert fast_sample.shape == (n_new, 11 - n_new) and fast_batch.shape == (11 - n_new,)
+        assert torch.allclose(fast_sample, sample_cos, atol=1e-5) and torch.allclose(fast_batch, batch_cos, atol=1e-5)
+    assert torch.equal(m.score_cosines(x, y, 4)[1], factored_gradient_cosines(mlp_gradient_factors(m.net, x, y), 4)[1])
+    assert all(p.grad is None for p in m.net.parameters())      # nothing accumulated into the network
 
 
 def gss_on_resnet(channels_last: bool):

@@ -16,9 +16,12 @@ aspect r keeps the largest centred crop of width/height r. Each crop is resized 
 size (bilinear), so no pixel outside the image is ever sampled (no padding on normalised inputs).
 The rotation, counter-clockwise by 90k degrees, is applied after the crop.
 
-Everything is batched on the images' device: one grid_sample for the crops (a variant has only four
-crops, so their sampling grids are built once per image size and device), and the rotations are
-exact quarter turns (torch.rot90) gathered per image.
+Everything is batched on the images' device. With crops, one grid_sample does crop and rotation
+together: a quarter turn of the output is a permutation of its pixels, and so of the sampling grid's
+positions, so the grid of label 4 * shape + k is the shape's crop grid turned k times (the 16 grids are
+built once per image size and device), and each output pixel is computed exactly as sampling then
+turning would (tested bit for bit). Without crops ("rotation") the turns are torch.rot90 gathered
+per image.
 """
 from __future__ import annotations
 
@@ -68,6 +71,14 @@ def _shape_grids(variant: str, height: int, width: int, dtype: torch.dtype, devi
     return crop_grid(extents[:, 0], extents[:, 1], [len(extents), 1, height, width])
 
 
+@lru_cache(maxsize=32)
+def _label_grids(variant: str, height: int, width: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """One sampling grid per proxy label, (n_labels, H, W, 2): the shape's crop grid turned `k` quarter turns over
+    its (H, W) positions, so that sampling with it gives the crop already rotated."""
+    shapes = _shape_grids(variant, height, width, dtype, device)
+    return torch.stack([torch.rot90(shapes[s], k, dims=(0, 1)) for s in range(len(shapes)) for k in range(N_ROTATIONS)])
+
+
 def quarter_turns(images: torch.Tensor, turns: torch.Tensor) -> torch.Tensor:
     """Each image rotated counter-clockwise by turns[i] * 90 degrees: exact (a permutation of pixels)."""
     rotated = torch.stack([torch.rot90(images, k, dims=(-2, -1)) for k in range(N_ROTATIONS)])
@@ -78,12 +89,11 @@ def apply_pretext(images: torch.Tensor, labels: torch.Tensor, variant: str) -> t
     """The transformation that each proxy label names, applied to a float batch (N, C, H, W), H == W."""
     if images.shape[-1] != images.shape[-2]:
         raise ValueError(f"pretext rotations by 90 degrees need square images, got {tuple(images.shape[-2:])}")
-    shape_idx, turns = decode(labels.to(images.device))
-    out = images
-    if len(VARIANTS[variant]) > 1:
-        grids = _shape_grids(variant, images.shape[-2], images.shape[-1], images.dtype, images.device)
-        out = F.grid_sample(images, grids[shape_idx], mode="bilinear", padding_mode="border", align_corners=False)
-    return quarter_turns(out, turns)
+    labels = labels.to(images.device)
+    if len(VARIANTS[variant]) == 1:      # rotations only: no resampling at all
+        return quarter_turns(images, decode(labels)[1])
+    grids = _label_grids(variant, images.shape[-2], images.shape[-1], images.dtype, images.device)
+    return F.grid_sample(images, grids[labels], mode="bilinear", padding_mode="border", align_corners=False)
 
 
 def random_pretext(images: torch.Tensor, variant: str, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

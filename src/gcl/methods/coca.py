@@ -56,6 +56,7 @@ General continual: no task boundary is used or accepted (needs_boundaries stays 
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Literal
 
 import torch
@@ -72,6 +73,12 @@ WIDE_BACKBONE = 512          # feat_dim from which the ResNet-style heads are us
 
 # ---------------------------------------------------------------------------- relation calibration
 
+@lru_cache(maxsize=64)
+def _eye(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The identity of size n, built once per size (a step's batches take a few sizes); never written to."""
+    return torch.eye(n, dtype=dtype, device=device)
+
+
 def affinity(z: torch.Tensor, mode: str = "paper", c: float = 1.0) -> torch.Tensor:
     """S_hat: the row-stochastic similarity of the normalised embeddings z (N, d) of one batch.
 
@@ -80,7 +87,7 @@ def affinity(z: torch.Tensor, mode: str = "paper", c: float = 1.0) -> torch.Tens
     "code": softmax(z z^T - c I).
     """
     sim = z @ z.T
-    eye = torch.eye(z.shape[0], dtype=torch.bool, device=z.device)
+    eye = _eye(z.shape[0], torch.bool, z.device)
     if mode == "paper":
         sim = sim.masked_fill(eye, -1e9)
     elif mode == "code":
@@ -99,7 +106,7 @@ def propagate(s_hat: torch.Tensor, o: torch.Tensor, omega: float) -> torch.Tenso
     """
     dtype = torch.promote_types(torch.promote_types(s_hat.dtype, o.dtype), torch.float32)
     s_hat, o = s_hat.to(dtype), o.to(dtype)
-    eye = torch.eye(s_hat.shape[0], dtype=s_hat.dtype, device=s_hat.device)
+    eye = _eye(s_hat.shape[0], s_hat.dtype, s_hat.device)
     return (1.0 - omega) * torch.linalg.solve_ex(eye - omega * s_hat, o).result
 
 
@@ -127,8 +134,7 @@ def supcon_loss(z: torch.Tensor, labels: torch.Tensor, tau: float) -> torch.Tens
     printed omits the 1/|P(i)| (identical when every anchor has one positive); Khosla's and the
     authors' code have it.
     """
-    n = z.shape[0]
-    eye = torch.eye(n, dtype=torch.bool, device=z.device)
+    eye = _eye(z.shape[0], torch.bool, z.device)
     logits = (z @ z.T / tau).masked_fill(eye, float("-inf"))
     log_prob = logits - torch.logsumexp(logits, dim=1, keepdim=True)
     positive = (labels[:, None] == labels[None, :]) & ~eye

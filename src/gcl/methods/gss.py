@@ -51,10 +51,14 @@ def gradient_cosines(new: list[torch.Tensor], ref: list[torch.Tensor]) -> tuple[
     return batch_cos, sample_cos
 
 
-def mlp_per_sample_grads(net: MLP, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
-    """Each sample's loss gradient for a network of Linear and ReLU layers only, from one batched backward:
-    a Linear layer's per-sample weight gradient is the outer product of its output gradient and its input."""
+def mlp_gradient_factors(net: MLP, x: torch.Tensor, y: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each sample's loss gradient, in factors, for a network of Linear and ReLU layers only: per Linear layer,
+    (g, a) with g (N, out) the gradient of sample i's loss with respect to the layer's output and a (N, in) its
+    input. Sample i's weight gradient is the outer product g_i a_i^T, its bias gradient g_i; one batched backward
+    gives them all."""
     linears = [m for m in net.modules() if isinstance(m, torch.nn.Linear)]
+    if any(m.bias is None for m in linears):
+        raise ValueError("mlp_gradient_factors expects every Linear layer to have a bias")
     seen = {}
     hooks = [m.register_forward_hook(lambda mod, args, out: seen.__setitem__(mod, (args[0], out))) for m in linears]
     try:
@@ -64,11 +68,29 @@ def mlp_per_sample_grads(net: MLP, x: torch.Tensor, y: torch.Tensor) -> list[tor
     finally:
         for h in hooks:
             h.remove()
-    grads = {}
-    for m, g in zip(linears, out_grads):
-        grads[m.weight] = torch.einsum("bo,bi->boi", g, seen[m][0].detach()).flatten(1)
-        grads[m.bias] = g
-    return [grads[p] for p in net.parameters()]
+    return [(g, seen[m][0].detach()) for m, g in zip(linears, out_grads)]
+
+
+def factored_gradient_cosines(factors: list[tuple[torch.Tensor, torch.Tensor]], n_new: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`gradient_cosines` of the first n_new samples against the others, from the Linear layers' factors (g, a)
+    of `mlp_gradient_factors`, without forming a per-sample gradient. For outer products,
+    <g_i a_i^T, g_j a_j^T> = (g_i . g_j)(a_i . a_j), and a bias adds g_i . g_j: every dot product and norm is
+    a product of two small Gram matrices, so a step costs O(N^2 width) instead of O(N params). The same values as
+    the explicit gradients' up to float rounding (tested)."""
+    cross = new_sq = ref_sq = mean_sq = 0.0
+    for g, a in factors:
+        gg, aa = g @ g.T, a @ a.T + 1.0                    # + 1: the bias, whose "input" is the constant 1
+        prod = gg * aa                                     # <grad_i, grad_j> of this layer's weight and bias
+        cross = cross + prod[:n_new, n_new:]
+        sq = prod.diagonal()
+        new_sq, ref_sq = new_sq + sq[:n_new], ref_sq + sq[n_new:]
+        mean_sq = mean_sq + prod[:n_new, :n_new].sum() / n_new ** 2   # ||mean_i grad_i||^2
+    # clamped as F.normalize does: a zero gradient has cosine 0 with everything
+    new_norm, ref_norm = new_sq.sqrt().clamp_min(1e-12), ref_sq.sqrt().clamp_min(1e-12)
+    mean_norm = mean_sq.sqrt().clamp_min(1e-12)
+    sample_cos = cross / (new_norm[:, None] * ref_norm[None, :])
+    batch_cos = cross.mean(0) / (mean_norm * ref_norm)
+    return batch_cos, sample_cos
 
 
 class GSSBuffer(ReservoirBuffer):
@@ -156,11 +178,7 @@ class GSS(Method):
         """Each sample's loss gradient, one (N, n_k) tensor per parameter. In eval mode, as the reference
         does: BatchNorm then uses its running statistics and a single sample is a valid batch. In fp32
         outside any bf16 autocast (whose casts do not pass through vmap's batch norm), with the input's
-        layout left as it is (vmap cannot make a per-sample input channels_last). On the MLP (no BatchNorm,
-        so eval mode changes nothing) one batched backward gives them 4x faster than vmap; they differ from
-        vmap's by float rounding (< 1e-6), and every GSS seed of the default profile came out the same."""
-        if isinstance(self.net, MLP):
-            return mlp_per_sample_grads(self.net, x.float(), y)
+        layout left as it is (vmap cannot make a per-sample input channels_last)."""
         was_training = self.net.training
         self.net.eval()
         params = {k: p.detach() for k, p in self.net.named_parameters()}
@@ -168,6 +186,16 @@ class GSS(Method):
             grads = self._per_sample_grads(params, x.float(), y)
         self.net.train(was_training)
         return [g.flatten(1) for g in grads.values()]
+
+    def score_cosines(self, x: torch.Tensor, y: torch.Tensor, n_new: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`gradient_cosines` of the first n_new samples' loss gradients against the others'. On the MLP (no
+        BatchNorm, so eval mode changes nothing) from the Linear layers' gradient factors, ~2x faster per GSS
+        step than per-sample gradients (every GSS seed of the default profile came out the same); elsewhere
+        from vmap's per-sample gradients."""
+        if isinstance(self.net, MLP):
+            return factored_gradient_cosines(mlp_gradient_factors(self.net, x.float(), y), n_new)
+        grads = self.per_sample_grads(x, y)
+        return gradient_cosines([g[:n_new] for g in grads], [g[n_new:] for g in grads])
 
     def scores(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(score of the whole batch, score of each sample): 1 + max cosine similarity of the gradient
@@ -177,9 +205,7 @@ class GSS(Method):
             return (torch.tensor(EMPTY_BUFFER_SCORE, device=x.device),
                     torch.full((len(x),), EMPTY_BUFFER_SCORE, device=x.device))
         buf_raw, buf_y = self.buffer.sample(self.cfg["gss_minibatch"], "examples", "labels")
-        buf_x = self.plain(buf_raw)
-        grads = self.per_sample_grads(torch.cat([x, buf_x]), torch.cat([y, buf_y]))
-        batch_cos, sample_cos = gradient_cosines([g[: len(x)] for g in grads], [g[len(x):] for g in grads])
+        batch_cos, sample_cos = self.score_cosines(torch.cat([x, self.plain(buf_raw)]), torch.cat([y, buf_y]), len(x))
         return batch_cos.amax() + 1, sample_cos.amax(1) + 1
 
     def observe(self, x, y, x_raw):

@@ -5,7 +5,8 @@ synchronisation, identical on CPU and GPU); only the copy of the data runs on th
 """
 from __future__ import annotations
 
-import numpy as np
+import math
+
 import torch
 
 
@@ -18,23 +19,23 @@ def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def reservoir_slots(seen: int, batch: int, capacity: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """(positions in the batch, buffer slots) that reservoir sampling writes, in one vectorised pass.
+    """(positions in the batch, buffer slots) that reservoir sampling writes, ordered by position.
 
     The n-th stream sample (0-based) is stored at slot n while n < capacity, else at slot
     r ~ U{0..n} when r < capacity. Where two samples of one batch pick the same slot the later
-    one wins, exactly as inserting them one by one would. The arithmetic runs in NumPy: on
-    batches this small it costs a fraction of the equivalent torch calls.
+    one wins, exactly as inserting them one by one would. The decisions are a few dozen scalars: plain
+    Python on the host costs a fraction of the equivalent tensor or NumPy calls.
     """
-    n = np.arange(seen, seen + batch)
-    u = torch.rand(batch, generator=generator, dtype=torch.float64).numpy()
-    slots = np.where(n < capacity, n, np.floor(u * (n + 1)).astype(np.int64))
-    keep = slots < capacity
-    # a later sample of the batch taking the same slot overwrites this one
-    _, last = np.unique(slots[::-1], return_index=True)
-    latest = np.zeros(batch, dtype=bool)
-    latest[batch - 1 - last] = True
-    positions = np.flatnonzero(keep & latest)
-    return torch.from_numpy(positions), torch.from_numpy(slots[positions])
+    draws = torch.rand(batch, generator=generator, dtype=torch.float64).tolist()
+    winner = {}   # slot -> the latest position of the batch that takes it
+    for i, u in enumerate(draws):
+        n = seen + i
+        slot = n if n < capacity else math.floor(u * (n + 1))
+        if slot < capacity:
+            winner[slot] = i
+    pairs = sorted((i, slot) for slot, i in winner.items())
+    return (torch.tensor([i for i, _ in pairs], dtype=torch.long),
+            torch.tensor([slot for _, slot in pairs], dtype=torch.long))
 
 
 class ReservoirBuffer:
