@@ -104,7 +104,7 @@ def test_adam_matches_torch_optim_adam_and_a_zero_mask_changes_nothing():
     torch.manual_seed(0)
     a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
     b.load_state_dict(a.state_dict())
-    mine, ref = Adam(list(a.parameters()), lr=0.01), torch.optim.Adam(b.parameters(), lr=0.01)
+    mine, ref = Adam(a, lr=0.01), torch.optim.Adam(b.parameters(), lr=0.01)
     x = torch.randn(4, 3)
     for i in range(3):
         mine.zero_grad()
@@ -125,12 +125,36 @@ def test_adam_matches_torch_optim_adam_and_a_zero_mask_changes_nothing():
 
 
 def test_adam_clips_each_gradient_by_value():
-    p = torch.nn.Parameter(torch.zeros(2))
-    opt = Adam([p], lr=0.1)
-    p.grad = torch.tensor([5.0, -0.2])
+    module = torch.nn.Module()
+    module.p = torch.nn.Parameter(torch.zeros(2))
+    opt = Adam(module, lr=0.1)
+    module.p.grad.copy_(torch.tensor([5.0, -0.2]))
     opt.step(clip=0.5)
-    assert torch.allclose(opt.m0, torch.tensor([0.05, -0.02]))     # (1 - 0.9) * clipped gradient
-    assert torch.allclose(opt.v0, 0.001 * torch.tensor([0.25, 0.04]))
+    assert torch.allclose(opt.m, torch.tensor([0.05, -0.02]))     # (1 - 0.9) * clipped gradient
+    assert torch.allclose(opt.v, 0.001 * torch.tensor([0.25, 0.04]))
+
+
+def test_adam_makes_the_parameters_and_gradients_views_of_flat_tensors():
+    """The module's parameters (values unchanged) live in one tensor and backward accumulates into one flat
+    gradient: an update of the flat tensor moves every parameter, and a loaded state lands in the flat tensor."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    opt = Adam(net, lr=0.01)
+    assert all(torch.equal(v, before[k]) for k, v in net.state_dict().items())
+    assert opt.params.numel() == sum(p.numel() for p in net.parameters()) == 26
+    x = torch.randn(5, 3)
+    net(x).square().sum().backward()
+    leaves = {k: v.clone().requires_grad_() for k, v in before.items()}
+    expected = torch.autograd.grad(torch.func.functional_call(net, leaves, (x,)).square().sum(), list(leaves.values()))
+    assert torch.equal(opt.grad, torch.cat([g.reshape(-1) for g in expected]))
+    opt.step(clip=1e9)
+    assert all(not torch.equal(p, before[k]) for k, p in net.named_parameters())
+    assert torch.equal(opt.params, torch.cat([p.detach().reshape(-1) for p in net.parameters()]))
+    opt.zero_grad()
+    assert not opt.grad.any() and all(p.grad is not None and not p.grad.any() for p in net.parameters())
+    net.load_state_dict(before)
+    assert torch.equal(opt.params, torch.cat([v.reshape(-1) for v in before.values()]))
 
 
 # --- the two-class stream -------------------------------------------------------------------------

@@ -44,8 +44,9 @@ the Gaussian NLL (0.5 log 2 pi and the 0.001 noise floor per pixel) are dropped,
 and the placeholder, so argmin, responsibilities, gradients and the test-time argmax are unchanged; the
 MultiStepLR schedule is "lr *= lr_decay after sleep"; lateral features are passed as a list (not the code's
 recursive chain), and in sleep the earlier experts' (frozen) features of the STM are computed once instead of
-per batch (the same values); Adam is written out (torch.optim.Adam's update, eps 1e-8, betas 0.9/0.999) with
-its moments held as buffers of each expert, so that checkpoints carry them, and with the "skip this expert"
+per batch (the same values); Adam is written out (torch.optim.Adam's update, eps 1e-8, betas 0.9/0.999) over
+one flat tensor per VAE and per classifier, with its moments held as buffers of each expert, so that
+checkpoints carry them, and with the "skip this expert"
 decision applied as a 0/1 mask on the device instead of a host-side branch; no sleep validation split
 (the code's sleep_val_size is 0). A runaway expert count (more than `max_experts`) stops the run with an
 error naming log_alpha instead of filling memory.
@@ -73,55 +74,64 @@ BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 # ------------------------------------------------------------------------------------------ Adam
 
 class Adam(nn.Module):
-    """Adam over a fixed list of parameters; moments, step count and learning rate are buffers, so that a
-    module holding this one checkpoints the optimiser with it. The update is torch.optim.Adam's (no weight
-    decay, no amsgrad) after clipping each gradient to [-clip, clip]."""
+    """Adam over every parameter of one module, written out as torch.optim.Adam's update (no weight decay, no
+    amsgrad) after clipping each gradient to [-clip, clip]. Moments, step count and learning rate are buffers,
+    so that a module holding this one checkpoints the optimiser with it.
 
-    def __init__(self, params: list[nn.Parameter], lr: float):
+    The module's parameters are re-bound as views of one flat tensor, and their gradients as views of one flat
+    gradient (kept allocated: `zero_grad` zeroes it and backward accumulates into it), so that an update is a
+    dozen whole-tensor operations instead of a dozen per parameter: the same arithmetic on every element. Build
+    it after the module is on its device (moving the module later would undo the views)."""
+
+    def __init__(self, module: nn.Module, lr: float):
         super().__init__()
-        self._params = list(params)   # a plain list: the parameters belong to the module that owns them
-        for i, p in enumerate(self._params):
-            self.register_buffer(f"m{i}", torch.zeros_like(p))
-            self.register_buffer(f"v{i}", torch.zeros_like(p))
-        self.register_buffer("steps", torch.zeros(()))
-        self.register_buffer("lr", torch.tensor(float(lr)))
+        named = list(module.named_parameters())
+        flat = torch.cat([p.detach().reshape(-1) for _, p in named])
+        grad = torch.zeros_like(flat)
+        offset = 0
+        for name, p in named:
+            owner, _, attr = name.rpartition(".")
+            view = nn.Parameter(flat[offset:offset + p.numel()].view_as(p), requires_grad=p.requires_grad)
+            view.grad = grad[offset:offset + p.numel()].view_as(p)
+            setattr(module.get_submodule(owner), attr, view)
+            offset += p.numel()
+        self.params, self.grad = flat, grad   # plain attributes: the module saves the parameters
+        self.register_buffer("m", torch.zeros_like(flat))
+        self.register_buffer("v", torch.zeros_like(flat))
+        self.register_buffer("steps", torch.zeros((), device=flat.device))
+        self.register_buffer("lr", torch.tensor(float(lr), device=flat.device))
 
     def zero_grad(self) -> None:
-        for p in self._params:
-            p.grad = None
+        self.grad.zero_()
 
     @torch.no_grad()
     def step(self, clip: float, mask: torch.Tensor | None = None) -> None:
         """One update; with a 0-d 0/1 `mask`, an update only where mask is 1 (parameters and state unchanged
         where it is 0), decided on the device."""
-        n = len(self._params)
-        ms = [getattr(self, f"m{i}") for i in range(n)]
-        vs = [getattr(self, f"v{i}") for i in range(n)]
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self._params]
-        torch._foreach_clamp_min_(grads, -clip)   # in place: the gradients are not read after the step
-        torch._foreach_clamp_max_(grads, clip)
+        g, m, v = self.grad, self.m, self.v
+        g.clamp_min_(-clip)   # in place: the gradient is not read after the step
+        g.clamp_max_(clip)
         if mask is None:
             self.steps += 1
             t = self.steps
-            torch._foreach_lerp_(ms, grads, 1 - BETA1)
-            torch._foreach_mul_(vs, BETA2)
-            torch._foreach_addcmul_(vs, grads, grads, value=1 - BETA2)
+            m.lerp_(g, 1 - BETA1)
+            v.mul_(BETA2)
+            v.addcmul_(g, g, value=1 - BETA2)
             step_size = self.lr / (1 - BETA1 ** t)
-            denom = torch._foreach_sqrt(vs)
-            torch._foreach_div_(denom, torch.sqrt(1 - BETA2 ** t))
-            torch._foreach_add_(denom, EPS)
-            updates = torch._foreach_div(ms, denom)
-            torch._foreach_mul_(updates, step_size)
-            torch._foreach_sub_(self._params, updates)
+            denom = v.sqrt()
+            denom.div_(torch.sqrt(1 - BETA2 ** t))
+            denom.add_(EPS)
+            update = m / denom
+            update.mul_(step_size)
+            self.params.sub_(update)
             return
-        mask = mask.to(ms[0].dtype) if n else mask
+        mask = mask.to(m.dtype)
         self.steps += mask
         t = self.steps.clamp_min(1)   # an expert never stepped keeps 0 moments: no 0/0 below
-        for p, m, v, g in zip(self._params, ms, vs, grads):
-            m.lerp_(g, (1 - BETA1) * mask)
-            v.add_(mask * (1 - BETA2) * (g * g - v))
-            denom = (v / (1 - BETA2 ** t)).sqrt_().add_(EPS)
-            p.sub_(mask * self.lr / (1 - BETA1 ** t) * m / denom)
+        m.lerp_(g, (1 - BETA1) * mask)
+        v.add_(mask * (1 - BETA2) * (g * g - v))
+        denom = (v / (1 - BETA2 ** t)).sqrt_().add_(EPS)
+        self.params.sub_(mask * self.lr / (1 - BETA1 ** t) * m / denom)
 
 
 # ------------------------------------------------------------------------------------------ experts
@@ -237,7 +247,8 @@ def _lateral(own: torch.Tensor, prev: list[torch.Tensor] | None, i: int) -> torc
 class Expert(nn.Module):
     """One mixture component: VAE `g`, classifier `d`, and their Adam states (expert 0: frozen, no updates)."""
 
-    def __init__(self, cfg: dict, in_shape: tuple[int, ...], n_classes: int, n_prev: int, frozen: bool = False):
+    def __init__(self, cfg: dict, in_shape: tuple[int, ...], n_classes: int, n_prev: int, device: torch.device,
+                 frozen: bool = False):
         super().__init__()
         in_dim = math.prod(in_shape)
         if cfg["arch"] == "mlp":
@@ -246,11 +257,12 @@ class Expert(nn.Module):
         else:
             self.g = CnnVae(in_shape, cfg["z_dim"], cfg["vae_width"], cfg["vae_ext"], n_prev)
             self.d = ResNetClassifier(in_shape[0], n_classes, cfg["cls_width"], cfg["cls_ext"], n_prev)
+        self.to(device)
         if frozen:
             self.requires_grad_(False)
-        else:
-            self.opt_g = Adam(list(self.g.parameters()), cfg["lr_vae"])
-            self.opt_d = Adam(list(self.d.parameters()), cfg["lr"])
+        else:   # after the move: the optimisers make the parameters views of their flat tensors
+            self.opt_g = Adam(self.g, cfg["lr_vae"])
+            self.opt_d = Adam(self.d, cfg["lr"])
 
 
 class GaussianRecon(torch.autograd.Function):
@@ -342,7 +354,7 @@ class CNDPM(Method):
     def _setup(self, x: torch.Tensor) -> None:
         """Expert 0 and the STM, sized from the first batch's image shape."""
         self.in_shape = tuple(x.shape[1:])
-        self.experts.append(Expert(self.cfg, self.in_shape, self.ctx.n_classes, 0, frozen=True).to(self.ctx.device))
+        self.experts.append(Expert(self.cfg, self.in_shape, self.ctx.n_classes, 0, self.ctx.device, frozen=True))
         # a batch may overshoot the capacity by batch - 1 samples; one spare slot takes the samples not sent
         slots = self.cfg["stm_capacity"] + self.cfg["batch"] + 1
         self.stm_x = torch.zeros(slots, *self.in_shape, device=self.ctx.device)
@@ -355,7 +367,7 @@ class CNDPM(Method):
                 f"CN-DPM would create expert {k + 1}, more than max_experts = {self.cfg['max_experts']}: new experts "
                 f"are too likely, so log_alpha = {self.cfg['log_alpha']} is too large for this benchmark's NLL scale "
                 "(lower log_alpha, or raise classifier_chill / max_experts)")
-        return Expert(self.cfg, self.in_shape, self.ctx.n_classes, max(k, 0)).to(self.ctx.device)
+        return Expert(self.cfg, self.in_shape, self.ctx.n_classes, max(k, 0), self.ctx.device)
 
     @property
     def n_experts(self) -> int:
@@ -435,7 +447,6 @@ class CNDPM(Method):
         with torch.no_grad():   # the earlier experts are frozen during sleep: their features of the STM once
             feats_g, feats_d = self._features(x, earlier)
         for steps, opt, part in ((cfg["sleep_steps_vae"], expert.opt_g, "g"), (cfg["sleep_steps_cls"], expert.opt_d, "d")):
-            params = list(getattr(expert, part).parameters())
             for _ in range(steps):
                 idx = torch.randint(0, n, (cfg["sleep_batch"],), device=x.device)
                 xb, yb = x[idx], y[idx]
@@ -446,7 +457,7 @@ class CNDPM(Method):
                 opt.zero_grad()
                 loss.backward()
                 # the explicit L2 term wd * sum ||theta||^2 of the loss, added as its gradient 2 wd theta
-                torch._foreach_add_([p.grad for p in params], params, alpha=2 * cfg["weight_decay"])
+                opt.grad.add_(opt.params, alpha=2 * cfg["weight_decay"])
                 opt.step(cfg["clip"])
         expert.opt_g.lr.mul_(cfg["lr_decay"])
         expert.opt_d.lr.mul_(cfg["lr_decay"])
