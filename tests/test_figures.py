@@ -152,3 +152,20 @@ def test_the_omega_sweep_marks_omega_one_as_undefined(tmp_path, monkeypatch):
     ax = drawn["fig"].axes[0]
     assert any(list(line.get_xdata()) == [1.0, 1.0] for line in ax.get_lines())
     assert any("ω = 1: undefined" in t.get_text() for t in ax.texts)
+
+
+def test_a_tsne_embedding_is_the_same_in_a_worker_thread_as_single_threaded():
+    """The report embeds the runs side by side in threads, each on one OpenMP thread: what it draws is the
+    one-thread embedding, whichever thread computed it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from threadpoolctl import threadpool_limits
+
+    from gcl.figures import embed_tsne
+    rng = np.random.default_rng(0)
+    features = np.concatenate([rng.normal(c, 1.0, (40, 8)) for c in (0.0, 4.0, 8.0)]).astype(np.float32)
+    with threadpool_limits(1):
+        alone = embed_tsne(features)
+    with ThreadPoolExecutor(2) as pool:
+        threaded = list(pool.map(embed_tsne, [features, features]))
+    assert alone.shape == (120, 2) and all(np.array_equal(alone, t) for t in threaded)

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from gcl.config import MAX_LINES
 from gcl.layout import run_dir
@@ -247,12 +248,18 @@ def degenerate(features: np.ndarray) -> str | None:
     return None
 
 
+def embed_tsne(features: np.ndarray) -> np.ndarray:
+    """2-d t-SNE of one run's features (PCA start, fixed seed) on one OpenMP thread, whatever thread calls it."""
+    from sklearn.manifold import TSNE
+    perplexity = float(min(30, (len(features) - 1) / 3))
+    with threadpool_limits(1, user_api="openmp"):   # OpenMP's thread count is per calling thread
+        return TSNE(n_components=2, init="pca", perplexity=perplexity, random_state=0).fit_transform(features)
+
+
 def plot_tsne(bench: str, cells: list[dict], display, path: Path, warn) -> Path | None:
     """t-SNE of the final penultimate features of the evaluation images (the paper's Figure 5). Runs whose
     features are degenerate or missing are skipped with a warning; no figure if none is left."""
     import torch
-    from sklearn.manifold import TSNE
-    from threadpoolctl import threadpool_limits
     usable = []
     for c in cells:
         file = run_dir(c) / "features.pt"
@@ -268,14 +275,11 @@ def plot_tsne(bench: str, cells: list[dict], display, path: Path, warn) -> Path 
         usable.append((c, saved, features))
     if not usable:
         return None
-    def embed(features: np.ndarray) -> np.ndarray:
-        perplexity = float(min(30, (len(features) - 1) / 3))
-        return TSNE(n_components=2, init="pca", perplexity=perplexity, random_state=0).fit_transform(features)
-
-    # one embedding per thread, each on one OpenMP thread: faster than one at a time on all cores (its gradient's
-    # sums release the GIL), and the same floats on any machine (a multi-threaded sum's order follows the cores)
-    with threadpool_limits(1), ThreadPoolExecutor(min(len(usable), os.cpu_count() or 1)) as pool:
-        embeddings = list(pool.map(embed, [features for _, _, features in usable]))
+    # one embedding per thread, each on one OpenMP thread (and BLAS on one): faster than one at a time on all
+    # cores (its gradient's sums release the GIL), and the same floats on any machine (the order of a
+    # multi-threaded sum follows the cores)
+    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(min(len(usable), os.cpu_count() or 1)) as pool:
+        embeddings = list(pool.map(embed_tsne, [features for _, _, features in usable]))
     plt = _pyplot()
     fig, axes, flat = _grid(plt, len(usable))
     for ax, (c, saved, features), xy in zip(axes, usable, embeddings):
