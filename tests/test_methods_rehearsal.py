@@ -105,6 +105,23 @@ def test_gem_projection_with_one_conflict_is_the_analytic_projection():
     assert torch.allclose(pushed, torch.tensor([1.5, 1.5, 3.5], dtype=torch.float64), atol=1e-10)
 
 
+def test_gem_projection_on_float32_gradients_matches_the_float64_host_formula():
+    """G G^T and G g are built where the gradients are; the result equals the whole computation done in
+    float64 with NumPy (the reference's way) to float32 rounding, in the gradient's dtype."""
+    import numpy as np
+    import quadprog
+    gen = torch.Generator().manual_seed(1)
+    g = torch.randn(500, generator=gen)
+    G = torch.randn(3, 500, generator=gen) - 0.2 * g          # conflicting references
+    out = project(g, G, margin=0.5)
+    mem, grad = G.double().numpy(), g.double().numpy()
+    P = mem @ mem.T + 1e-3 * np.eye(3)
+    v = quadprog.solve_qp(0.5 * (P + P.T), -(mem @ grad), np.eye(3), np.full(3, 0.5))[0]
+    expected = torch.from_numpy(mem.T @ v + grad).float()
+    assert out.dtype == torch.float32 and not torch.equal(out, g)
+    assert torch.allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_gem_memory_is_split_over_the_benchmarks_tasks_and_steps_along_the_projection():
     m = make_method("gem", buffer=40)                  # 5 tasks -> 8 images per task
     run_tasks(m, 2)

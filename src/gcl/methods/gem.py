@@ -15,8 +15,9 @@ the reference does). If g . g_k < 0 for some k, g is replaced by the solution of
 
 (G: the reference gradients as rows; `margin` is GEM's gamma, imposed on the dual variables as in
 GEM's and the reference framework's code; eps = 1e-3 keeps the matrix positive definite, as theirs
-does), solved with quadprog in float64 on the CPU. Deciding whether to project reads one boolean on
-the host per step once a memory exists; quadprog runs on the CPU in any case.
+does), solved with quadprog in float64 on the CPU. G G^T and G g are built where the gradients are, so
+only the t x t system crosses to the host. Deciding whether to project reads one boolean on the host
+per step once a memory exists (the one host synchronisation GEM needs: quadprog runs on the CPU).
 """
 from __future__ import annotations
 
@@ -33,18 +34,19 @@ def project(g: torch.Tensor, G_ref: torch.Tensor, margin: float, eps: float = 1e
     """GEM's projection of the flat gradient `g` (p,) against the reference gradients `G_ref` (t, p).
 
     Returns `g` itself when no reference conflicts (every g . g_k >= 0); otherwise G^T v + g, with v
-    the solution of the dual QP above (quadprog, float64), in `g`'s dtype and device.
+    the solution of the dual QP above, in `g`'s dtype and device. G G^T and G g are formed in float64
+    where the gradients are (on the GPU: no copy of the t x p matrix to the host); only the t x t
+    system goes to quadprog on the CPU, and only v (t numbers) comes back.
     """
     if G_ref.shape[0] == 0 or bool((G_ref @ g >= 0).all()):
         return g
-    mem = G_ref.detach().double().cpu().numpy()
-    grad = g.detach().double().cpu().numpy()
+    mem, grad = G_ref.detach().double(), g.detach().double()
     t = mem.shape[0]
     P = mem @ mem.T
-    P = 0.5 * (P + P.T) + eps * np.eye(t)
-    q = -(mem @ grad)                      # quadprog minimises 1/2 v'Pv - q'v
+    P = (0.5 * (P + P.T)).cpu().numpy() + eps * np.eye(t)
+    q = -(mem @ grad).cpu().numpy()        # quadprog minimises 1/2 v'Pv - q'v
     v = quadprog.solve_qp(P, q, np.eye(t), np.full(t, float(margin)))[0]
-    return torch.from_numpy(mem.T @ v + grad).to(dtype=g.dtype, device=g.device)
+    return (mem.T @ torch.from_numpy(v).to(mem.device) + grad).to(g.dtype)
 
 
 class GEMSettings(MethodSettings):
