@@ -5,13 +5,15 @@ import contextlib
 import dataclasses
 import random
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from gcl.data.benchmarks import kind_of
+from gcl.data.stream import Stream
 from gcl.methods import METHODS, MethodContext
-from gcl.methods.base import TaskData
+from gcl.methods.base import Method, TaskData
 from gcl.training.backbones import build_backbone
 from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
 from gcl.training.evaluate import Evaluator, summarise
@@ -51,15 +53,21 @@ class Timer:
         self.total += time.perf_counter() - self.started
 
 
-def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: torch.device,
-             feature_samples: int = 0, progress: Progress | None = None, checkpoint: Checkpoint | None = None) -> dict:
-    """Train `run_cfg`'s method over the benchmark stream and return this seed's metrics.
+@dataclasses.dataclass
+class SeedSetup:
+    """Everything one seed trains with, built in the order that fixes its random numbers (gcl.training.train.setup_seed)."""
 
-    With `feature_samples` > 0 the result also holds "features": the final network's penultimate
-    features of that many evaluation images (for t-SNE), which the caller stores apart from the JSON.
-    `progress` receives a line at every evaluation and at least every minute; with `checkpoint` the seed
-    resumes from its saved state (if one with the same fingerprint exists) and saves it as it goes.
-    """
+    stream: Stream
+    stream_epochs: int        # passes the stream makes (1 for an offline method, which makes its own later)
+    net: torch.nn.Module
+    method: Method
+    evaluate: Evaluator
+    loop: StreamLoop
+    amp: Callable[[], contextlib.AbstractContextManager]
+
+
+def setup_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: torch.device) -> SeedSetup:
+    """Seed every RNG, then build the stream, the network, the method, the evaluator and the loop of one seed."""
     kind = kind_of(bench_cfg)
     train_transform, test_transform = kind.transforms(bench, bench_cfg)
     generator = seed_everything(seed)
@@ -83,12 +91,26 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bench_cfg.get("bf16", False))
 
     loop = StreamLoop(method, stream, train_transform, evaluate, kind.has_tasks, device, amp)
+    return SeedSetup(stream, stream_epochs, net, method, evaluate, loop, amp)
+
+
+def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: torch.device,
+             feature_samples: int = 0, progress: Progress | None = None, checkpoint: Checkpoint | None = None) -> dict:
+    """Train `run_cfg`'s method over the benchmark stream and return this seed's metrics.
+
+    With `feature_samples` > 0 the result also holds "features": the final network's penultimate
+    features of that many evaluation images (for t-SNE), which the caller stores apart from the JSON.
+    `progress` receives a line at every evaluation and at least every minute; with `checkpoint` the seed
+    resumes from its saved state (if one with the same fingerprint exists) and saves it as it goes.
+    """
+    s = setup_seed(bench, bench_cfg, run_cfg, seed, device)
+    loop, net, method, evaluate, amp = s.loop, s.net, s.method, s.evaluate, s.amp
     progress = progress or Progress(run_cfg.get("method", run_cfg["algorithm"]), seed=seed)
     saved = checkpoint.load(progress.say) if checkpoint else None
     if saved is not None:
         loop.restore(saved)
-        progress.say(f"resumed from {checkpoint.path} at step {loop.step} of {stream.steps}")
-    result = loop.run(StreamProgress(progress, stream, kind.has_tasks, stream_epochs, loop.step), checkpoint)
+        progress.say(f"resumed from {checkpoint.path} at step {loop.step} of {s.stream.steps}")
+    result = loop.run(StreamProgress(progress, s.stream, loop.has_tasks, s.stream_epochs, loop.step), checkpoint)
     with amp():
         net.eval()
         result["confusion"] = evaluate.confusion(method.predict, bench["n_classes"])
@@ -162,7 +184,9 @@ class StreamLoop:
         if bad >= 0:
             raise DivergenceError(f"the loss became non-finite (NaN or inf) at step {bad} of {steps}: the "
                                   "learning rate or a loss weight is probably too high")
-        if not all(bool(torch.isfinite(p).all()) for p in self.method.params):
+        # one host synchronisation for every parameter together (CN-DPM has none before its first expert)
+        finite = [torch.isfinite(p).all() for p in self.method.params]
+        if finite and not bool(torch.stack(finite).all()):
             raise DivergenceError(f"the network's parameters are no longer finite after step {step} of {steps}: "
                                   "the learning rate or a loss weight is probably too high")
 
