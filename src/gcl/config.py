@@ -39,7 +39,11 @@ class TopLevel(Settings):
 
     seeds: Seeds = Field(description="seeds every run is repeated over (distinct, >= 0)")
     device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto, cpu, cuda or cuda:N (a CUDA device by index)")
-    workers: int = Field(1, ge=1, description="processes that train one run's seeds side by side (speed only)")
+    workers: int | Literal["auto"] = Field(1, description="processes that train one run's seeds side by side "
+                                           "(speed only); auto: on GPUs as many per GPU as its memory and the CPU "
+                                           "cores allow, on the CPU one per core")
+    mps: Literal["auto", "off"] = Field("auto", description="auto: when several processes share a GPU, start NVIDIA's "
+                                        "Multi-Process Service if it is installed and not running (speed only)")
     checkpoint_minutes: float = Field(10.0, gt=0, description="a seed saves a checkpoint at every task end and at "
                                       "least this often, and a stopped run resumes from it (no numbers change)")
     sources: dict[str, dict | None] = Field(description="raw data sources, by name")
@@ -47,6 +51,13 @@ class TopLevel(Settings):
     methods: dict[str, dict | None] = Field(description="named method configurations (rows of the tables)")
     runs: dict[str, dict] = Field(description="one entry per table cell: benchmark, method, buffer, settings")
     report: dict | None = Field(None, description="what the report draws")
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _workers(cls, value):
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            return value
+        raise ValueError("input should be an integer greater than or equal to 1, or 'auto'")
 
 
 class RunSeeds(Settings):
@@ -160,10 +171,10 @@ def check_top(params: dict) -> TopLevel:
 
 def resolve_runtime(params: dict, run: dict) -> dict:
     """How fast, not what: the settings a train stage reads straight from params.yaml (not a dependency of
-    the stage, so changing them re-runs nothing): workers, threads, checkpoint_minutes."""
+    the stage, so changing them re-runs nothing): workers, threads, checkpoint_minutes, mps."""
     top = check_top(params)
     threads = resolve_benchmark(params, run["benchmark"])["runtime"]["threads"]
-    return {"workers": top.workers, "threads": threads, "checkpoint_minutes": top.checkpoint_minutes}
+    return {"workers": top.workers, "threads": threads, "checkpoint_minutes": top.checkpoint_minutes, "mps": top.mps}
 
 
 def read_resolved(path: Path) -> dict:

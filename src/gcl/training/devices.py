@@ -1,7 +1,10 @@
 """Which device trains: `device:` of params.yaml parsed and checked, and seeds spread over the visible GPUs."""
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 
 import torch
 
@@ -38,3 +41,47 @@ def seed_devices(device: torch.device, seeds: int) -> list[torch.device]:
         return [device] * seeds
     count = torch.cuda.device_count()
     return [torch.device("cuda", i % count) for i in range(seeds)]
+
+
+# What one training process may take on a GPU: its CUDA context, the benchmark's pool (Tiny ImageNet's 100,000
+# 64x64 images are 1.2 GB), the buffer and a ResNet-18's activations at batch 64 with room to spare
+# (benchmarks/gridcost.py reports each cell's peak).
+PROCESS_GPU_GIB = 4.0
+
+
+def available_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def auto_workers(device: torch.device, seeds: int) -> int:
+    """`workers: auto`: processes for `seeds` seeds. On GPUs, as many per GPU as its memory holds at
+    PROCESS_GPU_GIB each and the CPU cores feed (one core per process): a ResNet-18 step at batch 32 leaves
+    a GPU idle most of the time in kernel launches, so several processes sharing one multiply its throughput.
+    On the CPU, one per core."""
+    cores = available_cores()
+    if device.type != "cuda":
+        return max(1, min(seeds, cores))
+    gpus = list(range(torch.cuda.device_count())) if device.index is None else [device.index]
+    per_gpu = [int(torch.cuda.get_device_properties(i).total_memory / 2**30 // PROCESS_GPU_GIB) for i in gpus]
+    fed = max(1, cores // len(gpus))
+    return max(1, min(seeds, sum(max(1, min(n, fed)) for n in per_gpu)))
+
+
+def start_mps(say) -> None:
+    """Start NVIDIA's Multi-Process Service (one GPU context shared by every process, so that their kernels
+    run side by side instead of taking turns) when its control program is here and no daemon runs yet. The
+    daemon stays when the run ends (other runs may be using it): `echo quit | nvidia-cuda-mps-control` stops it."""
+    control = shutil.which("nvidia-cuda-mps-control")
+    if control is None:
+        say("MPS: nvidia-cuda-mps-control is not on PATH; the processes share the GPU by time slices")
+        return
+    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
+    if os.path.exists(os.path.join(pipe, "control")):
+        say(f"MPS: a control daemon is running already ({pipe})")
+        return
+    done = subprocess.run([control, "-d"], capture_output=True, text=True)
+    if done.returncode != 0:
+        say(f"MPS: could not start it ({(done.stderr or done.stdout).strip() or f'exit {done.returncode}'}); "
+            "the processes share the GPU by time slices")
+        return
+    say("MPS: started the control daemon (it stays after the run; `echo quit | nvidia-cuda-mps-control` stops it)")

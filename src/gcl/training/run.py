@@ -22,7 +22,7 @@ from gcl.data.benchmarks import load_benchmark
 from gcl.layout import benchmark_file, run_dir, run_log
 from gcl.processes import RunLock, die_with_parent
 from gcl.training.checkpoint import Checkpoint
-from gcl.training.devices import resolve_device, seed_devices
+from gcl.training.devices import auto_workers, resolve_device, seed_devices, start_mps
 from gcl.training.fingerprint import file_digest, fingerprint
 from gcl.training.progress import Progress
 from gcl.training.train import DivergenceError, run_seed
@@ -55,12 +55,14 @@ def _seed_in_worker(bench_path: str, data_cfg: dict, bench_cfg: dict, run_cfg: d
     return run_seed(bench, bench_cfg, run_cfg, seed, device, feature_samples, progress, checkpoint)
 
 
-def train_run(spec: dict, workers: int = 1, threads: int = 1, checkpoint_minutes: float = 10.0) -> Path:
-    """Every seed of the resolved run `spec` (gcl.config.resolve_run); `workers` processes side by side,
-    `threads` CPU threads each, a checkpoint at least every `checkpoint_minutes` (none changes the numbers).
-    One process at a time per run."""
+def train_run(spec: dict, workers: int | str = 1, threads: int = 1, checkpoint_minutes: float = 10.0,
+              mps: str = "off") -> Path:
+    """Every seed of the resolved run `spec` (gcl.config.resolve_run); `workers` processes side by side (or
+    "auto", gcl.training.devices.auto_workers), `threads` CPU threads each, a checkpoint at least every
+    `checkpoint_minutes`; with `mps` "auto", NVIDIA's MPS is started when several processes share a GPU
+    (none of these changes the numbers). One process at a time per run."""
     with RunLock(PROGRESS_DIR / f"{spec['key']}.lock", spec["key"]):
-        return _train_run(spec, workers, threads, checkpoint_minutes)
+        return _train_run(spec, workers, threads, checkpoint_minutes, mps)
 
 
 def _seed(key: str, seed: int, train, *args, **kwargs) -> dict:
@@ -71,7 +73,7 @@ def _seed(key: str, seed: int, train, *args, **kwargs) -> dict:
         raise DivergenceError(f"run {key}, seed {seed}: {exc}") from None
 
 
-def _train_run(spec: dict, workers: int, threads: int, checkpoint_minutes: float) -> Path:
+def _train_run(spec: dict, workers: int | str, threads: int, checkpoint_minutes: float, mps: str) -> Path:
     key, run_cfg, bench_cfg = spec["key"], spec["run"], spec["benchmark"]
     device = resolve_device(spec["device"])      # a bad device stops here, before any training
     torch.set_num_threads(threads)
@@ -105,8 +107,10 @@ def _train_run(spec: dict, workers: int, threads: int, checkpoint_minutes: float
         log.for_seed(seed).say(f"done: class-il {r['class_il']:.2f} in {r['train_seconds']:.1f}s "
                                f"({r['samples_per_second']:.0f} samples/s)")
 
-    workers = min(workers, len(todo))
+    workers = auto_workers(device, len(todo)) if workers == "auto" else min(workers, len(todo))
     devices = seed_devices(device, len(todo))   # on several visible GPUs, seeds take turns over them
+    if mps == "auto" and device.type == "cuda" and workers > len(set(devices)):   # processes share a GPU
+        start_mps(log.say)
     log.say(f"{len(todo)} seed(s) to train on {', '.join(sorted(set(map(str, devices)))) or device}, "
             f"{max(workers, 1)} process(es)")
     if workers > 1:   # seeds are independent: spread them over processes (CPU cores, or GPUs)
