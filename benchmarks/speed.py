@@ -25,16 +25,20 @@ import dataclasses
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from gcl.config import load_params, resolve_run
-from gcl.data.benchmarks import kind_of
-from gcl.data.image_sources import NORMALIZATION
-from gcl.methods import METHODS, MethodContext
-from gcl.methods.base import TaskData
-from gcl.training.backbones import build_backbone
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from synthetic import SourceShape, random_benchmark, random_source  # noqa: E402
+
+from gcl.config import load_params, resolve_run  # noqa: E402
+from gcl.data.benchmarks import kind_of  # noqa: E402
+from gcl.data.image_sources import NORMALIZATION  # noqa: E402
+from gcl.methods import METHODS, MethodContext  # noqa: E402
+from gcl.methods.base import TaskData  # noqa: E402
+from gcl.training.backbones import build_backbone  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -80,14 +84,8 @@ def run_of(params: dict, preset: Preset, method: str) -> str | None:
 
 def synthetic_benchmark(spec: dict, preset: Preset) -> dict:
     """The run's benchmark built from random images of the preset's shape (every setting of the run's own)."""
-    g = torch.Generator().manual_seed(0)
-    source = {"classes": [str(c) for c in range(CLASSES)]}
-    for part, n in (("train", PER_CLASS), ("test", 4)):
-        source[f"{part}_y"] = torch.arange(CLASSES).repeat_interleave(n)
-        source[f"{part}_x"] = torch.randint(0, 256, (CLASSES * n, *preset.shape), dtype=torch.uint8, generator=g)
-    if preset.stats:
-        source.update(mean=list(preset.stats[0]), std=list(preset.stats[1]))
-    return kind_of(spec["data"]).build(source, spec["data"])
+    shape = SourceShape(CLASSES, PER_CLASS, 4, preset.shape, preset.stats)
+    return random_benchmark(spec["data"], random_source(shape))
 
 
 class Batches:
