@@ -8,6 +8,8 @@ import signal
 import sys
 from pathlib import Path
 
+from gcl.errors import UserError
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -22,7 +24,7 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         os.kill(os.getpid(), sig)
 
 
-class RunLockedError(RuntimeError):
+class RunLockedError(UserError, RuntimeError):
     """Another process is training this run."""
 
 

@@ -25,13 +25,14 @@ import pandas as pd
 
 from gcl.atomic import remove_stale_temporaries
 from gcl.config import ReportSettings
+from gcl.errors import UserError
 from gcl.layout import run_dir
 
 OUTPUTS = ("tables.md", "summary.csv", "metrics.json", "figures", "plots")
 SETTING = {"class_il": "class-il", "task_il": "task-il"}   # our metric -> the reference files' `setting`
 
 
-class ReportError(RuntimeError):
+class ReportError(UserError, RuntimeError):
     pass
 
 

@@ -13,8 +13,10 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from gcl.errors import UserError
 
-class ParamsError(ValueError):
+
+class ParamsError(UserError, ValueError):
     """params.yaml is malformed; the message names the key, the value and what is accepted."""
 
 

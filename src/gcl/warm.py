@@ -63,7 +63,17 @@ def run_warm(script: str, main) -> None:
         status = run_stage(script, sys.argv[1:])
         if status is not None:
             sys.exit(status)
-    main()
+    run_main(main)
+
+
+def run_main(main) -> None:
+    """`main`, with an error the user can fix (gcl.errors.UserError) printed as its message alone; any other
+    exception keeps its traceback."""
+    from gcl.errors import UserError
+    try:
+        main()
+    except UserError as exc:
+        sys.exit(f"error: {exc}")
 
 
 def run_stage(script: str, argv: list[str]) -> int | None:

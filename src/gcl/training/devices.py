@@ -8,10 +8,12 @@ import subprocess
 
 import torch
 
+from gcl.errors import UserError
+
 DEVICE_PATTERN = r"^(auto|cpu|cuda(:\d+)?)$"   # what params.yaml's `device:` accepts
 
 
-class DeviceError(RuntimeError):
+class DeviceError(UserError, RuntimeError):
     """params.yaml names a device this machine does not have."""
 
 

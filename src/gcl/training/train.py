@@ -12,6 +12,7 @@ import torch
 
 from gcl.data.benchmarks import kind_of
 from gcl.data.stream import Stream
+from gcl.errors import UserError
 from gcl.methods import METHODS, MethodContext
 from gcl.methods.base import Method, TaskData
 from gcl.training.backbones import build_backbone
@@ -20,7 +21,7 @@ from gcl.training.evaluate import Evaluator, summarise
 from gcl.training.progress import Progress, StreamProgress
 
 
-class DivergenceError(RuntimeError):
+class DivergenceError(UserError, RuntimeError):
     """Training produced a non-finite loss or parameters, or a network that predicts one class for everything."""
 
 
