@@ -235,7 +235,7 @@ def time_cell(args) -> None:
     params = load_params(args.profile or "params.yaml")
     spec = resolve_run(params, args.cell)
     run_cfg, bench_cfg = spec["run"], spec["benchmark"]
-    torch.set_num_threads(resolve_runtime(params, run_cfg)["threads"])
+    torch.set_num_threads(resolve_runtime(params)["threads"])
     device = resolve_device(spec["device"])
     bench = load_benchmark(benchmark_file(run_cfg["benchmark"]), spec["data"])
     r = run_seed(bench, bench_cfg, run_cfg, args.seed, device)

@@ -21,7 +21,7 @@ import torch
 import yaml
 from tabulate import tabulate
 
-from gcl.config import load_params, resolve_benchmark, resolve_run
+from gcl.config import load_params, resolve_benchmark, resolve_run, resolve_runtime
 from gcl.data.benchmarks import kind_of
 from gcl.data.sources import load_source
 from gcl.layout import source_file
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if any(c["benchmark"] != bench_cfg for c in configs):
         raise SystemExit("--grid may not change the benchmark's settings (epochs); tune one value at a time")
     groups = resolve_benchmark(params, configs[0]["run"]["benchmark"])
-    threads = groups["runtime"]["threads"]
+    threads = resolve_runtime(params)["threads"]
     data_cfg = {**groups["data"], "validation_fraction": args.fraction}
     source = load_source(source_file(data_cfg["source"]))
     _BENCH["bench"] = kind_of(data_cfg).build(source, data_cfg)

@@ -5,7 +5,7 @@ from gcl.warm import run_warm
 
 
 def main() -> None:
-    from gcl.config import read_resolved
+    from gcl.config import load_params, read_current, resolve_benchmark
     from gcl.data.benchmarks import build_benchmark
     from gcl.data.sources import load_source
     from gcl.layout import benchmark_file, resolved_benchmark, source_file
@@ -13,7 +13,8 @@ def main() -> None:
     if len(sys.argv) != 2:
         sys.exit("usage: python stages/benchmark.py <benchmark>   (a key of benchmarks: in params.yaml)")
     name = sys.argv[1]
-    data = read_resolved(resolved_benchmark(name))["data"]
+    current = {"data": resolve_benchmark(load_params(), name)["data"]}
+    data = read_current(resolved_benchmark(name), current, f"benchmarks.{name}", f"benchmark@{name}")["data"]
     print(build_benchmark(data, load_source(source_file(data["source"])), benchmark_file(name).parent))
 
 

@@ -5,14 +5,15 @@ from gcl.warm import run_warm
 
 
 def main() -> None:
-    from gcl.config import read_resolved
+    from gcl.config import load_params, read_current, resolve_source
     from gcl.data.sources import prepare_source
     from gcl.layout import resolved_source, source_file
 
     if len(sys.argv) != 2:
         sys.exit("usage: python stages/prepare.py <source>   (a key of sources: in params.yaml)")
     name = sys.argv[1]
-    settings = read_resolved(resolved_source(name))
+    settings = read_current(resolved_source(name), resolve_source(load_params(), name), f"sources.{name}",
+                            f"prepare@{name}")
     print(prepare_source(name, settings, source_file(name).parent))
 
 

@@ -5,11 +5,12 @@ from gcl.warm import run_warm
 
 
 def main() -> None:
-    from gcl.config import read_resolved
+    from gcl.config import load_params, read_current, resolve_report
     from gcl.layout import resolved_report
     from gcl.report import write_report
 
-    warnings = write_report(read_resolved(resolved_report()), "results",
+    resolved = read_current(resolved_report(), resolve_report(load_params()), "report", "report")
+    warnings = write_report(resolved, "results",
                             ["reference/paper_results.csv", "reference/der_paper_results.csv"])
     print(f"report written to results/ ({len(warnings)} warning(s))")
 

@@ -1,6 +1,7 @@
 """Stage train@<run>: every seed of one run; writes runs/<benchmark>/<method>/<buffer>/metrics.json.
 
-It refuses settings that check@runs resolved for other code than is there now.
+It refuses settings that check@runs resolved for other code than is there now, or before an edit of
+params.yaml (`dvc repro -s` skips check@runs): it trains on what params.yaml says, or not at all.
 
 The work runs in a warm process when one is available (gcl.warm: no torch import per stage), else here."""
 import sys
@@ -9,19 +10,21 @@ from gcl.warm import run_warm
 
 
 def main() -> None:
-    from gcl.config import load_params, read_resolved, resolve_runtime
+    from gcl.config import load_params, read_current, read_resolved, resolve_run, resolve_runtime
     from gcl.layout import TRAIN_CODE, resolved_run
     from gcl.training.fingerprint import train_code_digest
     from gcl.training.run import train_run
 
     if len(sys.argv) != 2:
         sys.exit("usage: python stages/train.py <run>   (a key of runs: in params.yaml)")
-    spec = read_resolved(resolved_run(sys.argv[1]))
-    if spec.get("code") != train_code_digest(__file__):
-        # e.g. `dvc repro -s train@<run>` after an edit: the settings were resolved for other code
-        sys.exit(f"{resolved_run(sys.argv[1])} was resolved for other code than {', '.join(TRAIN_CODE)} hold "
+    key = sys.argv[1]
+    if read_resolved(resolved_run(key)).get("code") != train_code_digest(__file__):
+        # e.g. `dvc repro -s train@<run>` after a code edit: the settings were resolved for other code
+        sys.exit(f"error: {resolved_run(key)} was resolved for other code than {', '.join(TRAIN_CODE)} hold "
                  "now: run `dvc repro check@runs` (or a plain `dvc repro`) first")
-    print(train_run(spec, **resolve_runtime(load_params(), spec["run"])))
+    params = load_params()
+    spec = read_current(resolved_run(key), resolve_run(params, key), f"runs.{key}", f"train@{key}")
+    print(train_run(spec, **resolve_runtime(params)))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ torch.set_num_threads(1)   # small ops: one thread is much faster on these 2-cor
 
 @pytest.fixture
 def tiny_mnist360() -> tuple[dict, dict]:
-    cfg = {"kind": "mnist-360", "source": "synthetic", "backbone": "mlp", "epochs": 1, "threads": 1}
+    cfg = {"kind": "mnist-360", "source": "synthetic", "backbone": "mlp", "epochs": 1}
     bench = mnist360.build_benchmark(synthetic_source(per_class=60))
     bench["config"] = cfg
     return bench, cfg

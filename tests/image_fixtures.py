@@ -179,7 +179,7 @@ def labelled_source(per_class=12, test_per_class=3, classes=10, channels=1, size
 
 
 SEQ_BENCHMARK = {"kind": "sequential", "source": "mnist-bundled", "backbone": "mlp", "epochs": 1,
-                 "n_tasks": 5, "classes_per_task": 2, "augment": False, "threads": 1}
+                 "n_tasks": 5, "classes_per_task": 2, "augment": False}
 
 
 def write_er_params(folder: Path, key: str = "seq-er-50") -> dict:

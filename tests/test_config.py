@@ -4,12 +4,13 @@ The cases are built on a small params dict written here, not on the live params.
 run of the default profile cannot break them.
 """
 import copy
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
-from gcl.config import ParamsError, check_data, check_runs, resolve_run
+from gcl.config import ParamsError, check_data, check_runs, resolve_report, resolve_run, resolve_runtime
 from gcl.methods.base import METHODS, Method, register
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,8 +21,7 @@ BASE = {
     "workers": 2,
     "sources": {"mnist-bundled": {"train_per_class": 400, "test_per_class": 100}},
     "benchmarks": {
-        "mnist-360": {"kind": "mnist-360", "source": "mnist-bundled", "backbone": "mlp", "epochs": 1,
-                      "threads": 1, "label": "MNIST-360"},
+        "mnist-360": {"kind": "mnist-360", "source": "mnist-bundled", "backbone": "mlp", "epochs": 1},
         "seq": {"kind": "sequential", "source": "mnist-bundled", "backbone": "mlp", "epochs": 1,
                 "n_tasks": 5, "classes_per_task": 2, "augment": False},
     },
@@ -164,13 +164,29 @@ def test_resolve_merges_defaults_method_block_and_run():
 
 
 def test_benchmark_settings_are_split_by_what_they_change():
-    """threads and label change no stored result: neither reaches a train or benchmark stage."""
     data = check_data(params())["benchmarks"]["mnist-360"]
     assert data["data"] == {"kind": "mnist-360", "source": "mnist-bundled", "validation_fraction": 0.0}
-    assert data["runtime"] == {"threads": 1} and data["display"] == {"label": "MNIST-360"}
+    assert set(data) == {"data", "training"}
     spec = resolve_run(params(), "m-er-200")
-    assert "threads" not in spec["benchmark"] and "label" not in spec["benchmark"]
     assert spec["benchmark"]["epochs"] == 1 and spec["benchmark"]["draw"] == "without-replacement"
+
+
+@pytest.mark.parametrize("key, home", [("label", "report.benchmarks.mnist-360.label"), ("threads", "top-level `threads`")])
+def test_a_setting_that_left_the_benchmark_block_says_where_it_went(key, home):
+    """A train stage depends on its benchmark's whole block, so what changes no result lives elsewhere."""
+    p = params()
+    p["benchmarks"]["mnist-360"][key] = 1 if key == "threads" else "a caption"
+    with pytest.raises(ParamsError, match=f"benchmarks.mnist-360.{key}: this setting has moved to .*{re.escape(home)}"):
+        check_data(p)
+
+
+def test_the_caption_and_threads_come_from_their_own_blocks():
+    p = params()
+    p["report"] = {"benchmarks": {"mnist-360": {"label": "rotating digits"}}}
+    p["threads"] = 2
+    assert resolve_report(p)["benchmarks"]["mnist-360"]["label"] == "rotating digits"
+    assert resolve_report(p)["benchmarks"]["seq"]["label"] == ""
+    assert resolve_runtime(p)["threads"] == 2
 
 
 def test_a_run_may_override_its_benchmarks_epochs():
@@ -208,3 +224,19 @@ def test_a_params_file_that_is_not_yaml_is_named(tmp_path):
     bad.write_text("seeds: [0, 1\nworkers: 2\n")
     with pytest.raises(ParamsError, match="params.yaml is not valid YAML"):
         load_params(bad)
+
+
+def test_a_stage_refuses_a_resolved_file_that_params_yaml_has_moved_past(tmp_path):
+    """`dvc repro -s train@<run>` after an edit skips check@runs: the stage compares the file check@runs wrote
+    with params.yaml now, and refuses naming what changed and the fix, instead of training the old settings."""
+    from gcl.atomic import write_json
+    from gcl.config import read_current
+    p = params()
+    path = tmp_path / "resolved" / "runs" / "m-er-200.json"
+    write_json(path, {**resolve_run(p, "m-er-200"), "code": "abc"})
+    assert read_current(path, resolve_run(p, "m-er-200"), "runs.m-er-200", "train@m-er-200")["code"] == "abc"
+    p["runs"]["m-er-200"]["lr"] = 0.05
+    p["device"] = "cuda:7"
+    with pytest.raises(ParamsError, match=r"runs.m-er-200: device, lr changed in params.yaml since check@runs .*"
+                                          r"`dvc repro train@m-er-200` \(without -s"):
+        read_current(path, resolve_run(p, "m-er-200"), "runs.m-er-200", "train@m-er-200")

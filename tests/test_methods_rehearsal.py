@@ -369,7 +369,7 @@ def test_state_dict_round_trips_the_cross_task_state(name, keys):
 @pytest.fixture(scope="module")
 def tiny_seq():
     cfg = {"kind": "sequential", "source": "synthetic", "backbone": "mlp", "epochs": 1, "n_tasks": 5,
-           "classes_per_task": 2, "augment": False, "threads": 1}
+           "classes_per_task": 2, "augment": False}
     return sequential.build_benchmark(synthetic_source(per_class=40), cfg), cfg
 
 

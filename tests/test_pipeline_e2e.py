@@ -3,6 +3,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -114,14 +115,77 @@ def test_changing_one_run_reruns_only_that_run(project, change):
 
 @pytest.mark.e2e
 def test_a_caption_reruns_only_the_report_and_threads_nothing(project):
-    with edited(project, **{"benchmarks__mnist-360__label": "another caption"}):
+    with edited(project, **{"report__benchmarks__mnist-360__label": "another caption"}):
+        assert not train_stages_named(sh(project, "dvc", "status").stdout)
         ran = stages_run(sh(project, "dvc", "repro").stdout)
         assert ran == {"check@data", "check@runs", "report"}
         assert "another caption" in (project / "results/tables.md").read_text()
     sh(project, "dvc", "repro")
-    with edited(project, **{"benchmarks__mnist-360__threads": 2}):
+    with edited(project, **{"threads": 2}):
         ran = stages_run(sh(project, "dvc", "repro").stdout)
         assert ran == {"check@data", "check@runs"}
+    sh(project, "dvc", "repro")
+
+
+def train_stages_named(status: str) -> set[str]:
+    """The train stages a `dvc status` (or `dvc repro --dry`) output names."""
+    return {word.rstrip(":") for word in status.split() if word.startswith("train@")}
+
+
+ALL_TRAIN = {"train@mnist-360-er-200", "train@mnist-360-sgd-none", "train@mnist-360-joint-none"}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("change, stale", [
+    ({"runs__mnist-360-er-200__lr": 0.05}, {"train@mnist-360-er-200"}),
+    ({"methods__er": {"lr": 0.3}}, {"train@mnist-360-er-200"}),
+    ({"benchmarks__mnist-360__epochs": 2}, ALL_TRAIN),
+    ({"seeds": [0, 1, 2]}, ALL_TRAIN),
+    ({"workers": 2}, set()),
+])
+def test_dvc_status_names_the_train_stages_a_change_reruns(project, change, stale):
+    """Before anything runs: `dvc status` and `dvc repro --dry` name exactly the train stages the edit re-runs,
+    and `dvc params diff` shows the edit."""
+    with edited(project, **change):
+        status = sh(project, "dvc", "status").stdout
+        dry = sh(project, "dvc", "repro", "--dry").stdout
+        diff = sh(project, "dvc", "params", "diff").stdout
+    assert train_stages_named(status) == stale, status
+    assert {s for s in stages_run(dry) if s.startswith("train@")} == stale, dry
+    if stale:   # `dvc params diff` shows the params stages declare; workers changes no result, so none does
+        assert next(iter(change)).replace("__", ".") in diff, diff
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("how", ["dvc repro -f -s", "dvc repro -s", "python stages/train.py"])
+def test_a_stage_alone_refuses_settings_params_yaml_no_longer_says(project, how):
+    """After an edit, a train stage run without check@runs (which resolves the edit) refuses in one line
+    naming the setting and the fix; a plain `dvc repro` then trains with the new value."""
+    cell = "mnist-360-er-200"
+    command = how.split() + ([f"train@{cell}"] if how.startswith("dvc") else [cell])
+    with edited(project, **{f"runs__{cell}__lr": 0.05}):
+        done = sh(project, *command, check=False)
+        said = done.stdout + done.stderr
+        if how == "dvc repro -s":     # DVC sees the changed param and runs the stage, which refuses
+            assert f"train@{cell}" in stages_run(done.stdout)
+        assert done.returncode != 0 and "Traceback" not in said, said
+        assert f"runs.{cell}: lr" in said and f"dvc repro train@{cell}" in said, said
+        sh(project, "dvc", "repro")
+        cell_config = json.loads((project / "runs/mnist-360/er/200/metrics.json").read_text())["config"]
+        assert cell_config["run"]["lr"] == 0.05
+    sh(project, "dvc", "repro")
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("change, message", [
+    ({"device": "cuda:7"}, "params.yaml asks for device: cuda:7"),
+    ({"runs__mnist-360-er-200__buffer": 200.0}, "runs.mnist-360-er-200.buffer must be a positive integer"),
+])
+def test_an_error_the_user_can_fix_is_one_line_without_traceback(project, change, message):
+    with edited(project, **change):
+        done = sh(project, "dvc", "repro", check=False)
+    said = done.stdout + done.stderr
+    assert done.returncode != 0 and message in said and "Traceback" not in said, said
     sh(project, "dvc", "repro")
 
 
@@ -228,3 +292,22 @@ def test_a_cell_trained_on_another_machine_is_gathered_without_training_it(proje
     er = summary[(summary["method"] == "er") & (summary["buffer"].astype(str) == "200")]
     assert list(er["class_il"]) == [mine["seeds"]["0"]["class_il"]]
     assert "up to date" in sh(b, "dvc", "status").stdout
+
+
+@pytest.mark.e2e
+def test_queued_experiments_run_and_both_show_in_exp_show(project):
+    """The DVC way to run several experiments: queue them, start a worker, compare them in `dvc exp show`."""
+    for lr in (0.05, 0.1):
+        sh(project, "dvc", "exp", "run", "--queue", "-S", f"runs.mnist-360-er-200.lr={lr}", "-n", f"lr-{lr}")
+    sh(project, "dvc", "queue", "start", "-j", "1")
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        status = sh(project, "dvc", "queue", "status").stdout
+        if not any(state in status for state in ("Queued", "Running")):
+            break
+        time.sleep(3)
+    assert "Failed" not in status, status + sh(project, "dvc", "queue", "logs", "lr-0.05", check=False).stdout
+    shown = json.loads(sh(project, "dvc", "exp", "show", "--json").stdout)
+    names = {r["name"] for rev in shown for exp in (rev.get("experiments") or []) for r in exp["revs"]}
+    assert {"lr-0.05", "lr-0.1"} <= names, names
+    sh(project, "dvc", "queue", "stop", check=False)

@@ -13,7 +13,7 @@ from gcl.training.run import PROGRESS_DIR, train_run
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    bench_cfg = {"kind": "mnist-360", "source": "synthetic", "backbone": "mlp", "epochs": 1, "threads": 1}
+    bench_cfg = {"kind": "mnist-360", "source": "synthetic", "backbone": "mlp", "epochs": 1}
     params = {"seeds": [0, 1, 2], "device": "cpu", "sources": {"synthetic": {}},
               "benchmarks": {"mnist-360": bench_cfg}, "methods": {"er": {}},
               "runs": {"er-50": {"benchmark": "mnist-360", "method": "er", "buffer": 50, "lr": 0.1, "batch": 4,

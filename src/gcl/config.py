@@ -44,6 +44,8 @@ class TopLevel(Settings):
                                            "cores allow, on the CPU one per core")
     mps: Literal["auto", "off"] = Field("auto", description="auto: when several processes share a GPU, start NVIDIA's "
                                         "Multi-Process Service if it is installed and not running (speed only)")
+    threads: int = Field(1, gt=0, description="CPU threads per training process (speed only; changes no result: "
+                         "the MLP's small operations run fastest on 1)")
     checkpoint_minutes: float = Field(10.0, gt=0, description="a seed saves a checkpoint at every task end and at "
                                       "least this often, and a stopped run resumes from it (no numbers change)")
     sources: dict[str, dict | None] = Field(description="raw data sources, by name")
@@ -76,6 +78,12 @@ class Sensitivity(Settings):
     buffer: int = Field(gt=0, description="the buffer of the sweep")
     omega: list[str] = Field([], description="methods (CoCa configurations) whose runs sweep omega")
     gamma: list[str] = Field([], description="methods (CoCa configurations) whose runs sweep gamma")
+
+
+class BenchmarkDisplay(Settings):
+    """How the report names one benchmark (a key of `benchmarks:`)."""
+
+    label: str = Field("", description="the benchmark's caption under the tables (default: its source)")
 
 
 class Note(Settings):
@@ -144,6 +152,7 @@ class ReportSettings(Settings):
     figures: bool = Field(True, description="draw the PNG figures")
     visualise: Visualise | None = Field(None, description="t-SNE and confusion matrices of these runs, first seed")
     sensitivity: Sensitivity | None = Field(None, description="Figure 4: Class-IL against omega and gamma")
+    benchmarks: dict[str, BenchmarkDisplay] = Field({}, description="how the report names each benchmark (its caption)")
     order: list[str] = Field([], description="row order of the tables; methods not named follow in `methods:` order")
     methods: dict[str, MethodDisplay] = Field({}, description="how the report shows each method (labels, paper rows, notes)")
     tables: list[TableSpec] = Field(default_factory=_default_tables, description="the tables, in order")
@@ -169,12 +178,11 @@ def check_top(params: dict) -> TopLevel:
     return validate(TopLevel, params, "params.yaml")
 
 
-def resolve_runtime(params: dict, run: dict) -> dict:
+def resolve_runtime(params: dict) -> dict:
     """How fast, not what: the settings a train stage reads straight from params.yaml (not a dependency of
     the stage, so changing them re-runs nothing): workers, threads, checkpoint_minutes, mps."""
     top = check_top(params)
-    threads = resolve_benchmark(params, run["benchmark"])["runtime"]["threads"]
-    return {"workers": top.workers, "threads": threads, "checkpoint_minutes": top.checkpoint_minutes, "mps": top.mps}
+    return {"workers": top.workers, "threads": top.threads, "checkpoint_minutes": top.checkpoint_minutes, "mps": top.mps}
 
 
 def read_resolved(path: Path) -> dict:
@@ -183,6 +191,31 @@ def read_resolved(path: Path) -> dict:
         stage = "check@data" if "data" in path.parts else "check@runs"
         raise ParamsError(f"{path} does not exist: run `dvc repro {stage}` (it validates params.yaml and writes it)")
     return json.loads(path.read_text())
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) and value else {f"{prefix}{key}": value})
+    return out
+
+
+def read_current(path: Path, current: dict, block: str, stage: str) -> dict:
+    """The file a check@ stage wrote for `stage`, refused when it no longer says what params.yaml says now
+    (`current`: the stage's settings resolved from params.yaml just now; `block`: where they are, for the
+    message), as after `dvc repro -s <stage>` following an edit, which skips the check@ stage that resolves
+    it. So a stage never runs on settings params.yaml no longer has."""
+    resolved = read_resolved(path)
+    now = _flat(json.loads(json.dumps(current)))          # as the file stores it (tuples as lists)
+    then = _flat({k: v for k, v in resolved.items() if k in current})
+    changed = sorted(k.removeprefix("run.") for k in now.keys() | then.keys() if now.get(k, ...) != then.get(k, ...))
+    if changed:
+        check = "check@data" if "data" in path.parts else "check@runs"
+        shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
+        raise ParamsError(f"{block}: {shown} changed in params.yaml since {check} resolved the settings this "
+                          f"stage reads ({path}): run `dvc repro {stage}` (without -s: {check} runs first), or "
+                          f"`dvc repro {check}` and then this stage")
+    return resolved
 
 
 # ---------------------------------------------------------------------------- data
@@ -196,7 +229,7 @@ def resolve_source(params: dict, name: str) -> dict:
 
 def resolve_benchmark(params: dict, name: str) -> dict[str, dict]:
     """The benchmark's settings split into groups: data, training, runtime, display (gcl.data.benchmarks)."""
-    from gcl.data.benchmarks import KINDS, groups
+    from gcl.data.benchmarks import KINDS, MOVED_FIELDS, groups
     block, where = params["benchmarks"].get(name), f"benchmarks.{name}"
     if block is None:
         raise ParamsError(f"{where} does not exist; defined benchmarks: {sorted(params['benchmarks'])}")
@@ -205,6 +238,10 @@ def resolve_benchmark(params: dict, name: str) -> dict[str, dict]:
     kind = block.get("kind")
     if kind not in KINDS:
         raise ParamsError(f"{where}.kind: unknown benchmark kind {kind!r}; known kinds: {sorted(KINDS)}")
+    for key, home in MOVED_FIELDS.items():
+        if key in block:
+            raise ParamsError(f"{where}.{key}: this setting has moved to {home.format(name=name)} (a benchmark's block "
+                              "holds only what its data and training depend on)")
     settings = validate(KINDS[kind].Settings, block, where)
     if settings.source not in params["sources"]:
         raise ParamsError(f"{where}.source: {settings.source!r} is not listed under sources ({sorted(params['sources'])})")
@@ -302,8 +339,9 @@ def resolve_report(params: dict, runs: dict[str, dict] | None = None) -> dict:
     benchmarks = {}
     for name in params["benchmarks"]:
         g = resolve_benchmark(params, name)
-        benchmarks[name] = {**g["display"], "source": g["data"]["source"], "kind": g["data"]["kind"],
-                            "has_tasks": KINDS[g["data"]["kind"]].has_tasks}
+        shown = report.benchmarks.get(name)
+        benchmarks[name] = {"label": shown.label if shown else "", "source": g["data"]["source"],
+                            "kind": g["data"]["kind"], "has_tasks": KINDS[g["data"]["kind"]].has_tasks}
     methods = {}
     for name in params["methods"]:
         cls = METHODS[algorithm_of(params, name)]
