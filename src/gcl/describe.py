@@ -67,9 +67,8 @@ def reference(only: str | None = None) -> str:
     if only is None:
         parts += ["## Benchmark kinds", "",
                   "Groups: `kind, source, validation_fraction, n_tasks, classes_per_task` build the "
-                  "benchmark file (benchmark@); the rest are training settings. A train stage depends on its "
-                  "benchmark's whole block, so the block holds nothing else: CPU threads are the top-level "
-                  "`threads`, the caption is `report.benchmarks.<name>.label`.", ""]
+                  "benchmark file (benchmark@); the rest are training settings. The block holds nothing else: "
+                  "CPU threads are the top-level `threads`, the caption is `report.benchmarks.<name>.label`.", ""]
     for name, kind in sorted(kinds.items()):
         if only in (None, name):
             parts.append(_section(name, (kind.Settings.__doc__ or "").strip(), kind.Settings,

@@ -52,9 +52,9 @@ class BenchmarkError(UserError, RuntimeError):
 
 class BenchmarkSettings(Settings):
     """Settings every benchmark kind reads. Each field belongs to one of two groups (see `groups`): data
-    (what benchmark@ builds from) and training (what changes a run's numbers). Nothing else belongs here:
-    a train stage depends on the whole block (so that `dvc status` names it after an edit), so how fast
-    (`threads`, top level) and the report's words (`report.benchmarks`) live elsewhere."""
+    (what benchmark@ builds from) and training (what changes a run's numbers). Nothing else belongs here,
+    so that the block is exactly what a run's results depend on: how fast (`threads`, top level) and the
+    report's words (`report.benchmarks`) live elsewhere."""
 
     kind: str
     source: str = Field(description="a key of sources: the raw data this benchmark is built from")
