@@ -1,8 +1,11 @@
 """Write-then-rename: no half-written file is ever visible, and saved tensors are byte-reproducible."""
+import os
+import stat
+
 import pytest
 import torch
 
-from gcl.atomic import atomic_path, save_tensors
+from gcl.atomic import atomic_dir, atomic_path, save_tensors, write_json
 
 
 def test_same_tensors_give_the_same_bytes(tmp_path):
@@ -23,3 +26,17 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
             raise RuntimeError("interrupted")
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027, 0o077])
+def test_written_files_and_folders_honour_the_umask(tmp_path, mask):
+    """A group sharing a workspace reads the outputs as it would any file the user made (mkstemp alone: 0600)."""
+    old = os.umask(mask)
+    try:
+        write_json(tmp_path / "m.json", {"a": 1})
+        with atomic_dir(tmp_path / "run") as folder:
+            (folder / "x").write_text("x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "m.json").stat().st_mode) == 0o666 & ~mask
+    assert stat.S_IMODE((tmp_path / "run").stat().st_mode) == 0o777 & ~mask

@@ -4,6 +4,7 @@ import json
 import os
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from gcl.atomic import write_json
@@ -14,12 +15,16 @@ PAPER = [ROOT / "reference/paper_results.csv", ROOT / "reference/der_paper_resul
 ABLATION = ["coca-off", "coca-ckd", "coca-pt", "coca-scl", "coca-pt-scl", "coca-ckd-pt", "coca-ckd-scl"]
 
 
-def fake_run(benchmark, method, buffer, accs, task_il=None, acc_matrix=None, extra=None):
+ENV = {"torch": "2.14.1", "device": "Some CPU", "threads": 1, "precision": "fp32"}
+
+
+def fake_run(benchmark, method, buffer, accs, task_il=None, acc_matrix=None, extra=None, env=ENV):
     seeds = {}
     for i, a in enumerate(accs):
         seeds[str(i)] = {"class_il": a, "task_il": task_il, "forgetting": 1.0, "train_seconds": 2.0,
                          "samples_per_second": 100.0, "curve": [a / 2, a], "acc_matrix": acc_matrix,
-                         "confusion": [[3, 1], [0, 2]], **({"method_metrics": extra} if extra else {})}
+                         "confusion": [[3, 1], [0, 2]], "environment": env,
+                         **({"method_metrics": extra} if extra else {})}
     write_json(Path("runs", benchmark, method, str(buffer), "metrics.json"),
                {"benchmark": benchmark, "method": method, "buffer": buffer, "device": "cpu", "seeds": seeds})
 
@@ -335,3 +340,17 @@ def test_sensitivity_figure_reads_the_swept_value_from_each_run(resolved):
     resolved["report"]["sensitivity"]["omega"].append("coca-w01")
     with pytest.raises(ReportError, match="coca-w01"):
         write_report(resolved, "results", PAPER)
+
+
+def test_each_seed_says_where_it_was_computed_and_mixed_environments_are_flagged(resolved):
+    write_report(resolved, "results", PAPER)
+    summary = pd.read_csv("results/summary.csv")
+    assert set(summary.env_torch.astype(str)) == {"2.14.1"} and set(summary.env_device) == {"Some CPU"}
+    assert "Computed on: torch 2.14.1, Some CPU, 1 thread(s), fp32 (8 seeds)." in tables_md()
+    assert "mix environments" not in tables_md()
+    add(resolved, "mnist-360", "derpp", 200, [51.0, 53.0], env={**ENV, "torch": "2.11.0", "device": "Other CPU"})
+    write_report(resolved, "results", PAPER)
+    assert "**These results mix environments**" in tables_md()
+    t1 = section(section(tables_md(), "## Table 1: Class-IL"), "### mnist-360")
+    assert "its cells come from 2 environments: torch 2.14.1, Some CPU, 1 thread(s), fp32 (8 seeds); " \
+           "torch 2.11.0, Other CPU, 1 thread(s), fp32 (2 seeds)" in t1

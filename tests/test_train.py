@@ -36,6 +36,18 @@ def test_metrics_shape_on_mnist360(tiny_mnist360):
     assert len(r["loss_curve"]) == 27
 
 
+def test_a_seed_records_the_environment_it_was_computed_in(tiny_mnist360):
+    bench, cfg = tiny_mnist360
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        env = run_seed(bench, cfg, er_cfg(), 0, CPU)["environment"]
+    finally:
+        torch.set_num_threads(threads)
+    assert env["torch"] == torch.__version__ and env["threads"] == 1 and env["precision"] == "fp32"
+    assert isinstance(env["device"], str) and env["device"]
+
+
 def test_er_learns_the_synthetic_digits(tiny_mnist360):
     bench, cfg = tiny_mnist360
     sgd = run_seed(bench, cfg, {**er_cfg(), "method": "sgd", "algorithm": "sgd", "buffer": "none"}, 0, CPU)

@@ -13,12 +13,26 @@ from typing import Any
 import torch
 
 
+def umask() -> int:
+    """The process's umask, read without changing it (Linux), else by setting it back at once."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it onto `path` only if the body succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~umask())   # mkstemp makes it 0600; a plain open() would honour the umask (a shared group)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -35,6 +49,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp.chmod(0o777 & ~umask())      # as for files: mkdtemp makes it 0700
     try:
         yield tmp
         if path.exists():

@@ -58,6 +58,16 @@ def stale_runs(resolved: dict, root: str | Path = "runs") -> list[str]:
     return [p.as_posix() for p in found if p not in listed]
 
 
+ENVIRONMENT = ("torch", "device", "threads", "precision")   # a seed's environment, as summary.csv columns env_*
+
+
+def environments(rows: pd.DataFrame) -> list[str]:
+    """The distinct environments of these summary rows, in words, most seeds first."""
+    cols = [f"env_{k}" for k in ENVIRONMENT]
+    counts = rows[cols].fillna("?").astype(str).value_counts()
+    return [f"torch {t}, {d}, {n} thread(s), {p} ({c} seeds)" for (t, d, n, p), c in counts.items()]
+
+
 def summary_frame(cells: list[dict]) -> pd.DataFrame:
     """One row per (benchmark, method, buffer, seed); a method's numeric extra metrics as
     `method_metrics.<name>` columns (e.g. CN-DPM's experts)."""
@@ -68,6 +78,8 @@ def summary_frame(cells: list[dict]) -> pd.DataFrame:
                    "seed": int(seed), "class_il": r["class_il"], "task_il": r.get("task_il"),
                    "forgetting": r.get("forgetting"), "train_seconds": r.get("train_seconds"),
                    "samples_per_second": r.get("samples_per_second"), "device": c.get("device")}
+            env = r.get("environment") or {"torch": c.get("torch"), "threads": c.get("threads")}   # older results
+            row.update({f"env_{k}": env.get(k) for k in ENVIRONMENT})
             for k, v in (r.get("method_metrics") or {}).items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     row[f"method_metrics.{k}"] = v
@@ -323,7 +335,10 @@ def render_tables(resolved: dict, settings: ReportSettings, summary: pd.DataFram
     for b in benchmarks:
         cfg = resolved["benchmarks"][b]
         out.write(f"- **{b}**: {cfg.get('label') or cfg['source']} (source `{cfg['source']}`)\n")
-    out.write("\n")
+    envs = environments(summary)
+    out.write("\nComputed on: " + "; ".join(envs) + (
+        ". **These results mix environments**: another CPU or torch build moves a run's numbers within seed "
+        "noise, so compare cells from one environment (summary.csv has each seed's)." if len(envs) > 1 else ".") + "\n\n")
     for spec in settings.tables:
         sections = []
         for b in table_benchmarks(spec, summary, resolved):
@@ -333,6 +348,9 @@ def render_tables(resolved: dict, settings: ReportSettings, summary: pd.DataFram
             if spec.rows is not None and len(present & set(spec.rows)) < 2:
                 continue        # named rows (an ablation) with one configuration run compare nothing
             table, notes = accuracy_table(spec, summary, paper, display, b)
+            mixed = environments(summary[summary.benchmark == b])
+            if len(mixed) > 1:
+                notes = [f"its cells come from {len(mixed)} environments: " + "; ".join(mixed), *notes]
             sections.append(f"### {b}\n\n" + "".join(f"- {n}\n" for n in notes) + ("\n" if notes else "")
                             + table + "\n\n")
         if sections:

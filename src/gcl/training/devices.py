@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -87,3 +88,24 @@ def start_mps(say) -> None:
             "the processes share the GPU by time slices")
         return
     say("MPS: started the control daemon (it stays after the run; `echo quit | nvidia-cuda-mps-control` stops it)")
+
+
+def device_name(device: torch.device) -> str:
+    """What the numbers were computed on: the GPU's name, or the CPU's model (/proc/cpuinfo on Linux)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment(device: torch.device, bf16: bool) -> dict:
+    """Where a seed's numbers came from. Runs are deterministic on one machine, but another CPU or torch build
+    changes them within seed noise, so each seed records its own."""
+    return {"torch": torch.__version__, "device": device_name(device), "threads": torch.get_num_threads(),
+            "precision": "bf16" if bf16 and device.type == "cuda" else "fp32"}

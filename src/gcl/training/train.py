@@ -17,6 +17,7 @@ from gcl.methods import METHODS, MethodContext
 from gcl.methods.base import Method, TaskData
 from gcl.training.backbones import build_backbone
 from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
+from gcl.training.devices import environment
 from gcl.training.evaluate import Evaluator, summarise
 from gcl.training.progress import Progress, StreamProgress
 
@@ -122,6 +123,7 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
         result["method_metrics"] = method.extra_metrics()
         if feature_samples:
             result["features"] = evaluate.features(net.features, feature_samples)
+    result["environment"] = environment(device, bench_cfg.get("bf16", False))
     return result
 
 
