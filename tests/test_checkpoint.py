@@ -144,6 +144,19 @@ def test_an_unreadable_checkpoint_is_refused(seq, tmp_path, capsys):
     assert "refused: it cannot be read" in capsys.readouterr().out
 
 
+def test_a_checkpoint_with_foreign_objects_is_refused_without_pytorchs_advice(seq, tmp_path, capsys):
+    """weights_only loading refuses arbitrary objects; PyTorch's message then advises weights_only=False, which
+    would run the file's code: the project's message says what to make of the file instead."""
+    import argparse
+    bench, cfg = seq
+    path = tmp_path / "seed-0.ckpt"
+    torch.save({"fingerprint": "fp", "state": argparse.Namespace(a=1)}, path)
+    run_seed(bench, cfg, run_cfg("er"), 0, CPU, checkpoint=Checkpoint(path, "fp", 1e9))
+    out = capsys.readouterr().out
+    assert "refused: it cannot be read (UnpicklingError: damaged, or not a checkpoint this project wrote)" in out
+    assert "weights_only" not in out
+
+
 def test_random_states_round_trip(tmp_path):
     import random
 

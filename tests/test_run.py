@@ -35,25 +35,11 @@ def test_parallel_seeds_give_the_same_numbers(project):
 
 
 def test_an_interrupted_run_resumes_with_its_finished_seeds(project, monkeypatch):
-    import gcl.training.run as run_module
-
     first = json.loads(train_run(project).read_text())
-    calls = []
-    original = run_module.run_seed
-
-    def crash_on_seed_2(bench, bench_cfg, run_cfg, seed, *args, **kw):
-        calls.append(seed)
-        if seed == 2:
-            raise KeyboardInterrupt
-        return original(bench, bench_cfg, run_cfg, seed, *args, **kw)
-
-    monkeypatch.setattr(run_module, "run_seed", crash_on_seed_2)
-    with pytest.raises(KeyboardInterrupt):
-        train_run(project)
+    calls = interrupted_at_seed_2(project, monkeypatch)
     assert len(list((PROGRESS_DIR / "er-50").glob("seed-*.json"))) == 2
-    monkeypatch.setattr(run_module, "run_seed", lambda *a, **kw: (calls.append(a[3]), original(*a, **kw))[1])
     resumed = json.loads(train_run(project).read_text())
-    assert calls == [0, 1, 2, 2]                       # seeds 0 and 1 were not trained again
+    assert calls == [2]                                 # seeds 0 and 1 were not trained again
     assert resumed["mean"] == first["mean"]
     assert not (PROGRESS_DIR / "er-50").exists()        # cleared once the run is complete
 
@@ -87,3 +73,74 @@ def test_a_run_stopped_inside_a_seed_resumes_from_its_checkpoint(project, monkey
     assert "[er-50 seed 0] finished by an earlier attempt" in log
     assert f"[er-50 seed 1] resumed from .gcl-progress/er-50/seed-1.ckpt at step 70 of {steps}" in log
     assert not (PROGRESS_DIR / "er-50").exists()
+
+
+def interrupted_at_seed_2(project, monkeypatch) -> list[int]:
+    """Train seeds 0 and 1, stop at seed 2; return the list the later calls of run_seed append their seed to."""
+    import gcl.training.run as run_module
+    original, calls = run_module.run_seed, []
+
+    def stop_at_seed_2(bench, bench_cfg, run_cfg, seed, *args, **kw):
+        if seed == 2:
+            raise KeyboardInterrupt
+        return original(bench, bench_cfg, run_cfg, seed, *args, **kw)
+
+    monkeypatch.setattr(run_module, "run_seed", stop_at_seed_2)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(project)
+    monkeypatch.setattr(run_module, "run_seed", lambda *a, **kw: (calls.append(a[3]), original(*a, **kw))[1])
+    return calls
+
+
+def test_a_truncated_seed_result_is_refused_and_the_seed_trains_again(project, monkeypatch):
+    whole = json.loads(train_run(project).read_text())
+    calls = interrupted_at_seed_2(project, monkeypatch)
+    seed_1 = next((PROGRESS_DIR / "er-50").glob("seed-1-*.json"))
+    seed_1.write_text(seed_1.read_text()[:40])          # a full disk cut it short
+    out = train_run(project)
+    assert calls == [1, 2]
+    assert json.loads(out.read_text())["mean"] == whole["mean"]
+    assert f"{seed_1} refused: it cannot be read (JSONDecodeError" in (out.parent / "train.log").read_text()
+
+
+@pytest.mark.parametrize("damage", ["foreign", "truncated"])
+def test_features_of_another_attempt_are_refused_and_the_first_seed_trains_again(project, monkeypatch, damage):
+    """The t-SNE input must be the first seed's of these settings: a features.pt left by an attempt with other
+    settings (or cut short) is not shipped; seed 0 trains again and writes its own."""
+    import torch
+    whole = train_run(project)
+    reference = torch.load(whole.parent / "features.pt", weights_only=True)
+    calls = interrupted_at_seed_2(project, monkeypatch)
+    features = PROGRESS_DIR / "er-50" / "features.pt"
+    if damage == "foreign":
+        save_tensors(features, {**torch.load(features, weights_only=True), "fingerprint": "another-attempt",
+                                "features": torch.zeros(3, 4)})
+    else:
+        features.write_bytes(features.read_bytes()[:100])
+    out = train_run(project)
+    assert calls == [0, 2]
+    shipped = torch.load(out.parent / "features.pt", weights_only=True)
+    assert torch.equal(shipped["features"], reference["features"])
+    assert "features.pt refused" in (out.parent / "train.log").read_text()
+
+
+def test_a_failed_metrics_write_keeps_every_seed_for_the_rerun(project, monkeypatch):
+    import gcl.training.run as run_module
+    original = run_module.write_json
+
+    def disk_full(path, obj):
+        if str(path).endswith("metrics.json"):
+            raise OSError(28, "No space left on device")
+        return original(path, obj)
+
+    monkeypatch.setattr(run_module, "write_json", disk_full)
+    with pytest.raises(OSError):
+        train_run(project)
+    assert (PROGRESS_DIR / "er-50" / "features.pt").exists()
+    assert len(list((PROGRESS_DIR / "er-50").glob("seed-*.json"))) == 3
+    monkeypatch.setattr(run_module, "write_json", original)
+    calls = []
+    original_seed = run_module.run_seed
+    monkeypatch.setattr(run_module, "run_seed", lambda *a, **kw: (calls.append(a[3]), original_seed(*a, **kw))[1])
+    out = train_run(project)
+    assert calls == [] and (out.parent / "features.pt").exists()

@@ -72,8 +72,9 @@ class Checkpoint:
         try:
             state = torch.load(self.path, map_location="cpu", weights_only=True)
         except (RuntimeError, OSError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as exc:
-            # a truncated or foreign file: never half-trust it
-            reason = f"it cannot be read ({type(exc).__name__}: {exc})"
+            # a truncated or foreign file: never half-trust it. PyTorch's own message is not quoted: it suggests
+            # loading with weights_only=False, which would run whatever code the file holds
+            reason = f"it cannot be read ({type(exc).__name__}: damaged, or not a checkpoint this project wrote)"
         else:
             if state.get("fingerprint") == self.fingerprint:
                 return state

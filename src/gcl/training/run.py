@@ -10,8 +10,10 @@ from __future__ import annotations
 import functools
 import json
 import multiprocessing
+import pickle
 import shutil
 import statistics
+import zipfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -86,21 +88,23 @@ def _train_run(spec: dict, workers: int | str, threads: int, checkpoint_minutes:
     log.log.unlink(missing_ok=True)
     data_digest = file_digest(bench_path)   # the benchmark's bytes, read once for every seed
 
-    seeds, todo = {}, []
+    seeds, todo, prints = {}, [], {}
     for i, seed in enumerate(spec["seeds"]):
-        seed_print = fingerprint(run_cfg, bench_cfg, seed, device.type, data_digest)
+        prints[seed] = seed_print = fingerprint(run_cfg, bench_cfg, seed, device.type, data_digest)
         done = progress / f"seed-{seed}-{seed_print}.json"
-        if done.exists() and (i > 0 or features.exists()):
+        say = log.for_seed(seed).say
+        earlier = _earlier_result(done, say)
+        if earlier is not None and (i > 0 or _features_of(features, seed_print, say)):
             # finished by an earlier, interrupted attempt with these exact settings and code
-            seeds[str(seed)] = json.loads(done.read_text())
-            log.for_seed(seed).say(f"finished by an earlier attempt: reused from {done}")
+            seeds[str(seed)] = earlier
+            say(f"finished by an earlier attempt: reused from {done}")
         else:
             checkpoint = Checkpoint(progress / f"seed-{seed}.ckpt", seed_print, 60.0 * checkpoint_minutes)
             todo.append((seed, done, FEATURE_SAMPLES if i == 0 else 0, checkpoint))
 
     def finished(seed, done, r, checkpoint):
-        if "features" in r:  # the first seed's final features, for the t-SNE figures
-            save_tensors(features, {"seed": seed, **r.pop("features")})
+        if "features" in r:  # the first seed's final features, for the t-SNE figures, with the seed's fingerprint
+            save_tensors(features, {"seed": seed, "fingerprint": prints[seed], **r.pop("features")})
         write_json(done, r)
         checkpoint.discard()
         seeds[str(seed)] = r
@@ -131,7 +135,6 @@ def _train_run(spec: dict, workers: int | str, threads: int, checkpoint_minutes:
 
     stats = {m: mean_std([s[m] for s in seeds.values()]) for m in ("class_il", "task_il", "forgetting")}
     out_dir.mkdir(parents=True, exist_ok=True)
-    features.replace(out_dir / "features.pt")
     out = out_dir / "metrics.json"
     write_json(out, {
         "benchmark": run_cfg["benchmark"], "method": run_cfg["method"], "buffer": run_cfg["buffer"],
@@ -142,6 +145,38 @@ def _train_run(spec: dict, workers: int | str, threads: int, checkpoint_minutes:
         "mean": {m: v[0] for m, v in stats.items()},
         "std": {m: v[1] for m, v in stats.items()},
     })
+    # moved only once metrics.json is written: if that fails, a rerun still finds every seed's result here
+    features.replace(out_dir / "features.pt")
     # the cell is complete: a later forced run must train again, not reuse these seeds
     shutil.rmtree(progress, ignore_errors=True)
     return out
+
+
+def _earlier_result(done: Path, say) -> dict | None:
+    """A seed's result saved by an earlier attempt, or None; one that cannot be read (truncated by a full disk,
+    say) is refused in one line and deleted, and the seed trains again."""
+    if not done.exists():
+        return None
+    try:
+        return json.loads(done.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        say(f"{done} refused: it cannot be read ({type(exc).__name__}: {exc}); it is deleted and the seed trains again")
+        done.unlink(missing_ok=True)
+        return None
+
+
+def _features_of(features: Path, seed_print: str, say) -> bool:
+    """Whether `features` holds the first seed's features of this very attempt's settings, data and code (its
+    fingerprint); a foreign or unreadable file is refused in one line and deleted (the seed then trains again)."""
+    if not features.exists():
+        return False
+    try:
+        saved = torch.load(features, map_location="cpu", weights_only=True)
+        if saved.get("fingerprint") == seed_print:
+            return True
+        reason = f"it belongs to other settings, data or code (fingerprint {saved.get('fingerprint')})"
+    except (RuntimeError, OSError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as exc:
+        reason = f"it cannot be read ({type(exc).__name__})"
+    say(f"{features} refused: {reason}; it is deleted and the first seed trains again")
+    features.unlink(missing_ok=True)
+    return False
