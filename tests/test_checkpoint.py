@@ -15,7 +15,7 @@ from gcl.training.train import run_seed
 CPU = torch.device("cpu")
 # small settings for every method (what the loop needs to run, not tuned values)
 SETTINGS = {
-    "sgd": {}, "joint": {}, "er": {}, "agem": {}, "coca": {},
+    "sgd": {}, "joint": {}, "er": {}, "er-ace": {}, "agem": {}, "coca": {},
     "der": {"alpha": 0.3}, "derpp": {"alpha": 0.3, "beta": 0.5},
     "gss": {"gss_minibatch": 4}, "gem": {}, "icarl": {}, "fdr": {},
     "hal": {"hal_lambda": 0.1, "beta": 0.5, "gamma": 0.1, "anchor_steps": 3, "finetune_steps": 1},
