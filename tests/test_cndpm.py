@@ -215,31 +215,30 @@ def test_state_dict_round_trip_continues_identically():
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
-def test_runs_in_the_training_loop_on_a_sequential_benchmark():
+def two_task_run(stm_capacity: int) -> dict:
+    """One seed of CN-DPM on 2 tasks of 2 synthetic classes, 80 training samples per task."""
     cfg = {"kind": "sequential", "source": "s", "backbone": "mlp", "epochs": 1, "n_tasks": 2,
            "classes_per_task": 2, "augment": False}
     bench = sequential.build_benchmark(synthetic_source(per_class=40, classes=4), cfg)
     run = {**METHODS["cndpm"].Settings.model_validate(
-        {**SMALL, "log_alpha": -200.0, "stm_capacity": 50, "z_dim": 8}).model_dump(),
+        {**SMALL, "log_alpha": -200.0, "stm_capacity": stm_capacity, "z_dim": 8}).model_dump(),
         "buffer": "none", "algorithm": "cndpm"}
-    result = run_seed(bench, cfg, run, 0, CPU)
+    return run_seed(bench, cfg, run, 0, CPU)
+
+
+def test_runs_in_the_training_loop_on_a_sequential_benchmark():
+    result = two_task_run(stm_capacity=50)
     assert result["method_metrics"]["experts"] >= 1
     assert 0.0 <= result["class_il"] <= 100.0 and result["task_il"] >= result["class_il"]
-
 
 
 def test_a_task_ends_before_the_first_expert_exists():
     """The first task (80 samples) ends before the STM (100) fills: the loop's checks and the evaluation
     run on a model with no trainable parameter yet."""
-    cfg = {"kind": "sequential", "source": "s", "backbone": "mlp", "epochs": 1, "n_tasks": 2,
-           "classes_per_task": 2, "augment": False}
-    bench = sequential.build_benchmark(synthetic_source(per_class=40, classes=4), cfg)
-    run = {**METHODS["cndpm"].Settings.model_validate(
-        {**SMALL, "log_alpha": -200.0, "stm_capacity": 100, "z_dim": 8}).model_dump(),
-        "buffer": "none", "algorithm": "cndpm"}
-    result = run_seed(bench, cfg, run, 0, CPU)
+    result = two_task_run(stm_capacity=100)
     assert result["method_metrics"]["experts"] >= 1
     assert len(result["acc_matrix"]) == 2
+
 
 # --- sequential benchmark options -----------------------------------------------------------------
 

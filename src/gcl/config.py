@@ -185,11 +185,16 @@ def resolve_runtime(params: dict) -> dict:
     return {"workers": top.workers, "threads": top.threads, "checkpoint_minutes": top.checkpoint_minutes, "mps": top.mps}
 
 
+def _check_stage(path: Path) -> str:
+    """The check@ stage that writes the resolved file `path`."""
+    return "check@data" if "data" in path.parts else "check@runs"
+
+
 def read_resolved(path: Path) -> dict:
     """A file that a check@ stage wrote, or an error saying how to make it."""
     if not path.exists():
-        stage = "check@data" if "data" in path.parts else "check@runs"
-        raise ParamsError(f"{path} does not exist: run `dvc repro {stage}` (it validates params.yaml and writes it)")
+        raise ParamsError(f"{path} does not exist: run `dvc repro {_check_stage(path)}` (it validates params.yaml "
+                          "and writes it)")
     return json.loads(path.read_text())
 
 
@@ -210,7 +215,7 @@ def read_current(path: Path, current: dict, block: str, stage: str) -> dict:
     then = _flat({k: v for k, v in resolved.items() if k in current})
     changed = sorted(k.removeprefix("run.") for k in now.keys() | then.keys() if now.get(k, ...) != then.get(k, ...))
     if changed:
-        check = "check@data" if "data" in path.parts else "check@runs"
+        check = _check_stage(path)
         shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
         raise ParamsError(f"{block}: {shown} changed in params.yaml since {check} resolved the settings this "
                           f"stage reads ({path}): run `dvc repro {stage}` (without -s: {check} runs first), or "

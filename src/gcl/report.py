@@ -336,6 +336,7 @@ def render_tables(resolved: dict, settings: ReportSettings, summary: pd.DataFram
         cfg = resolved["benchmarks"][b]
         out.write(f"- **{b}**: {cfg.get('label') or cfg['source']} (source `{cfg['source']}`)\n")
     envs = environments(summary)
+    envs_of = {b: environments(summary[summary.benchmark == b]) for b in benchmarks}
     out.write("\nComputed on: " + "; ".join(envs) + (
         ". **These results mix environments**: another CPU or torch build moves a run's numbers within seed "
         "noise, so compare cells from one environment (summary.csv has each seed's)." if len(envs) > 1 else ".") + "\n\n")
@@ -348,7 +349,7 @@ def render_tables(resolved: dict, settings: ReportSettings, summary: pd.DataFram
             if spec.rows is not None and len(present & set(spec.rows)) < 2:
                 continue        # named rows (an ablation) with one configuration run compare nothing
             table, notes = accuracy_table(spec, summary, paper, display, b)
-            mixed = environments(summary[summary.benchmark == b])
+            mixed = envs_of[b]
             if len(mixed) > 1:
                 notes = [f"its cells come from {len(mixed)} environments: " + "; ".join(mixed), *notes]
             sections.append(f"### {b}\n\n" + "".join(f"- {n}\n" for n in notes) + ("\n" if notes else "")

@@ -67,22 +67,29 @@ class Checkpoint:
     def load(self, say) -> dict | None:
         """The saved state, or None when there is none; a checkpoint of other settings, data or code (or one
         that cannot be read) is refused with a line through `say` and deleted."""
-        if not self.path.exists():
-            return None
-        try:
-            state = torch.load(self.path, map_location="cpu", weights_only=True)
-        except (RuntimeError, OSError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as exc:
-            # a truncated or foreign file: never half-trust it. PyTorch's own message is not quoted: it suggests
-            # loading with weights_only=False, which would run whatever code the file holds
-            reason = f"it cannot be read ({type(exc).__name__}: damaged, or not a checkpoint this project wrote)"
-        else:
-            if state.get("fingerprint") == self.fingerprint:
-                return state
-            reason = (f"it was written for other settings, data or code (fingerprint {state.get('fingerprint')}, "
-                      f"this seed's is {self.fingerprint})")
-        say(f"checkpoint {self.path} refused: {reason}; it is deleted and the seed starts from the beginning")
-        self.discard()
-        return None
+        return load_fingerprinted(self.path, self.fingerprint, say, "checkpoint", "the seed starts from the beginning")
 
     def discard(self) -> None:
         self.path.unlink(missing_ok=True)
+
+
+def load_fingerprinted(path: Path, fingerprint: str, say, what: str, then: str) -> dict | None:
+    """A file of tensors saved with `fingerprint` (`what`: a checkpoint, a seed's features file), or None when
+    there is none. One that cannot be read, or that carries another fingerprint, is refused with a line through
+    `say` (ending with `then`, what happens instead) and deleted: never half-trust it."""
+    if not path.exists():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, OSError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as exc:
+        # PyTorch's own message is not quoted: it suggests loading with weights_only=False, which would run
+        # whatever code the file holds
+        reason = f"it cannot be read ({type(exc).__name__}: damaged, or not a {what} this project wrote)"
+    else:
+        if state.get("fingerprint") == fingerprint:
+            return state
+        reason = (f"it was written for other settings, data or code (fingerprint {state.get('fingerprint')}, "
+                  f"this seed's is {fingerprint})")
+    say(f"{what} {path} refused: {reason}; it is deleted and {then}")
+    path.unlink(missing_ok=True)
+    return None

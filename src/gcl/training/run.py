@@ -10,10 +10,8 @@ from __future__ import annotations
 import functools
 import json
 import multiprocessing
-import pickle
 import shutil
 import statistics
-import zipfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -23,7 +21,7 @@ from gcl.atomic import remove_stale_temporaries, save_tensors, write_json
 from gcl.data.benchmarks import load_benchmark
 from gcl.layout import benchmark_file, run_dir, run_log
 from gcl.processes import RunLock, die_with_parent
-from gcl.training.checkpoint import Checkpoint
+from gcl.training.checkpoint import Checkpoint, load_fingerprinted
 from gcl.training.devices import auto_workers, resolve_device, seed_devices, start_mps
 from gcl.training.fingerprint import file_digest, fingerprint
 from gcl.training.progress import Progress
@@ -88,13 +86,14 @@ def _train_run(spec: dict, workers: int | str, threads: int, checkpoint_minutes:
     log.log.unlink(missing_ok=True)
     data_digest = file_digest(bench_path)   # the benchmark's bytes, read once for every seed
 
-    seeds, todo, prints = {}, [], {}
+    seeds, todo = {}, []
     for i, seed in enumerate(spec["seeds"]):
-        prints[seed] = seed_print = fingerprint(run_cfg, bench_cfg, seed, device.type, data_digest)
+        seed_print = fingerprint(run_cfg, bench_cfg, seed, device.type, data_digest)
         done = progress / f"seed-{seed}-{seed_print}.json"
         say = log.for_seed(seed).say
         earlier = _earlier_result(done, say)
-        if earlier is not None and (i > 0 or _features_of(features, seed_print, say)):
+        if earlier is not None and (i > 0 or load_fingerprinted(features, seed_print, say, "features file",
+                                                                "the first seed trains again") is not None):
             # finished by an earlier, interrupted attempt with these exact settings and code
             seeds[str(seed)] = earlier
             say(f"finished by an earlier attempt: reused from {done}")
@@ -104,7 +103,7 @@ def _train_run(spec: dict, workers: int | str, threads: int, checkpoint_minutes:
 
     def finished(seed, done, r, checkpoint):
         if "features" in r:  # the first seed's final features, for the t-SNE figures, with the seed's fingerprint
-            save_tensors(features, {"seed": seed, "fingerprint": prints[seed], **r.pop("features")})
+            save_tensors(features, {"seed": seed, "fingerprint": checkpoint.fingerprint, **r.pop("features")})
         write_json(done, r)
         checkpoint.discard()
         seeds[str(seed)] = r
@@ -164,19 +163,3 @@ def _earlier_result(done: Path, say) -> dict | None:
         done.unlink(missing_ok=True)
         return None
 
-
-def _features_of(features: Path, seed_print: str, say) -> bool:
-    """Whether `features` holds the first seed's features of this very attempt's settings, data and code (its
-    fingerprint); a foreign or unreadable file is refused in one line and deleted (the seed then trains again)."""
-    if not features.exists():
-        return False
-    try:
-        saved = torch.load(features, map_location="cpu", weights_only=True)
-        if saved.get("fingerprint") == seed_print:
-            return True
-        reason = f"it belongs to other settings, data or code (fingerprint {saved.get('fingerprint')})"
-    except (RuntimeError, OSError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as exc:
-        reason = f"it cannot be read ({type(exc).__name__})"
-    say(f"{features} refused: {reason}; it is deleted and the first seed trains again")
-    features.unlink(missing_ok=True)
-    return False
