@@ -31,7 +31,7 @@ def test_resolve_report_carries_algorithms_and_tasks():
     assert r["report"]["methods"]["er"]["label"] == "ER" and r["report"]["headline"]["method"] == "er"
 
 
-@pytest.mark.parametrize("profile", ["params.yaml", "profiles/paper.yaml"])
+@pytest.mark.parametrize("profile", ["params.yaml", "profiles/paper.yaml", "profiles/mnist-360.yaml"])
 def test_profiles_map_our_variants_to_the_papers_rows(profile):
     r = resolve_report(load_params(ROOT / profile))["report"]
     assert r["methods"]["derpp"]["paper_row"] == "der"                     # the CoCa paper's "DER" row
