@@ -158,6 +158,8 @@ class ReportSettings(Settings):
     tables: list[TableSpec] = Field(default_factory=_default_tables, description="the tables, in order")
     headline: Headline = Field(default_factory=Headline, description="the top of tables.md and results/metrics.json")
     curves: Curves = Field(default_factory=Curves, description="how the accuracy curves are grouped into panels")
+    reproductions: list[str] = Field([], description="folders holding another profile's committed results (its "
+                                                     "params.yaml and results/summary.csv), shown first in tables.md")
 
 
 def load_params(path: str | Path = "params.yaml") -> dict:

@@ -19,12 +19,13 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from gcl.atomic import remove_stale_temporaries
-from gcl.config import ReportSettings
+from gcl.config import ReportSettings, load_params, resolve_report
 from gcl.errors import UserError
 from gcl.layout import run_dir
 
@@ -76,8 +77,9 @@ def summary_frame(cells: list[dict]) -> pd.DataFrame:
         for seed, r in c["seeds"].items():
             row = {"benchmark": c["benchmark"], "method": c["method"], "buffer": str(c["buffer"]),
                    "seed": int(seed), "class_il": r["class_il"], "task_il": r.get("task_il"),
-                   "forgetting": r.get("forgetting"), "train_seconds": r.get("train_seconds"),
-                   "samples_per_second": r.get("samples_per_second"), "device": c.get("device")}
+                   "forgetting": r.get("forgetting"), "steps": r.get("steps"), "samples": r.get("samples"),
+                   "train_seconds": r.get("train_seconds"), "samples_per_second": r.get("samples_per_second"),
+                   "device": c.get("device")}
             env = r.get("environment") or {"torch": c.get("torch"), "threads": c.get("threads")}   # older results
             row.update({f"env_{k}": env.get(k) for k in ENVIRONMENT})
             for k, v in (r.get("method_metrics") or {}).items():
@@ -85,13 +87,50 @@ def summary_frame(cells: list[dict]) -> pd.DataFrame:
                     row[f"method_metrics.{k}"] = v
             rows.append(row)
     frame = pd.DataFrame(rows)
-    for col in ("class_il", "task_il", "forgetting", "train_seconds", "samples_per_second"):
+    for col in ("class_il", "task_il", "forgetting", "steps", "samples", "train_seconds", "samples_per_second"):
         frame[col] = pd.to_numeric(frame[col])
     return frame
 
 
 def read_paper(paper_csvs) -> pd.DataFrame:
     return pd.concat([pd.read_csv(f, dtype={"buffer": "string"}) for f in paper_csvs], ignore_index=True)
+
+
+@dataclass
+class Reproduction:
+    """Another profile's committed results: `folder`/params.yaml and `folder`/results/summary.csv."""
+    folder: str
+    title: str
+    resolved: dict
+    settings: ReportSettings
+    summary: pd.DataFrame
+    head: list[dict]
+
+
+def read_reproduction(folder: str | Path, paper: pd.DataFrame) -> Reproduction:
+    """Load and check one folder of `report.reproductions`: its summary must hold every seed of every run its
+    params.yaml lists, and nothing else, or it is refused (a half-copied or stale folder)."""
+    folder = Path(folder)
+    fix = (f"copy params.yaml, dvc.lock and results/ of a finished `dvc repro` of that profile into {folder} "
+           "(README: 'Another profile'), or remove it from report.reproductions")
+    params_path, summary_path = folder / "params.yaml", folder / "results" / "summary.csv"
+    for path in (params_path, summary_path):
+        if not path.is_file():
+            raise ReportError(f"{path} is missing (report.reproductions lists {folder}): {fix}")
+    params = load_params(params_path)
+    resolved = resolve_report(params)
+    summary = pd.read_csv(summary_path, dtype={"buffer": str})
+    want = {(r["benchmark"], r["method"], str(r["buffer"]), seed) for r in resolved["runs"].values()
+            for seed in resolved["seeds"]}
+    have = set(zip(summary.benchmark, summary.method, summary.buffer.astype(str), summary.seed.astype(int)))
+    if want != have:
+        missing, extra = sorted(want - have), sorted(have - want)
+        raise ReportError(f"{summary_path} does not hold the runs {params_path} lists ({len(missing)} seed(s) missing, "
+                          f"e.g. {missing[:2]}; {len(extra)} not listed, e.g. {extra[:2]}): {fix}")
+    settings = ReportSettings.model_validate(resolved.get("report") or {})
+    labels = [cfg.get("label") or name for name, cfg in resolved["benchmarks"].items()]
+    head = headline(summary, paper, Display(resolved, settings))
+    return Reproduction(folder.as_posix(), "; ".join(labels), resolved, settings, summary, head)
 
 
 # ---------------------------------------------------------------------------- display settings
@@ -206,8 +245,12 @@ def accuracy_table(spec, summary: pd.DataFrame, paper: pd.DataFrame, display: Di
         for b in buffers:
             hit = st[(st.method == shown) & (st.buffer == b)]
             name = "no buffer" if b == "none" else f"B={b}"
-            line[f"{name} ours"] = fmt_mean_std(*hit[["mean", "std"]].iloc[0]) if len(hit) else "-"
             value = paper_value(paper, ref_table or spec.paper_table, spec.metric, benchmark, ref_row, b)
+            line[f"{name} ours"] = "-"
+            if len(hit):
+                mean, std = hit[["mean", "std"]].iloc[0]
+                close = value is not None and std > 0 and abs(mean - value) <= std
+                line[f"{name} ours"] = fmt_mean_std(mean, std) + (f" {WITHIN_STD}" if close else "")
             line[f"{name} paper"] = fmt_number(value)
             has_paper |= value is not None
         out.append(line)
@@ -315,31 +358,39 @@ def headline_table(rows: list[dict]) -> str:
 
 # ---------------------------------------------------------------------------- tables.md
 
-def render_tables(resolved: dict, settings: ReportSettings, summary: pd.DataFrame, paper: pd.DataFrame,
-                  head: list[dict], warnings: list[str]) -> str:
+def data_lines(resolved: dict, summary: pd.DataFrame, benchmarks: list[str]) -> str:
+    """Where each benchmark's numbers come from (caption, source, stream length) and the environments."""
+    out = ["Data:\n"]
+    for b in benchmarks:
+        cfg = resolved["benchmarks"][b]
+        samples = summary.loc[summary.benchmark == b, "samples"].dropna() if "samples" in summary else pd.Series([])
+        stream = "" if samples.empty else (f", {int(samples.min()):,}" + (f"-{int(samples.max()):,}" if samples.max() > samples.min()
+                                                                         else "") + " stream samples per seed")
+        out.append(f"- **{b}**: {cfg.get('label') or cfg['source']} (source `{cfg['source']}`{stream})")
+    envs = environments(summary)
+    out.append("\nComputed on: " + "; ".join(envs) + (
+        ". **These results mix environments**: another CPU or torch build moves a run's numbers within seed "
+        "noise, so compare cells from one environment (summary.csv has each seed's)." if len(envs) > 1 else "."))
+    return "\n".join(out) + "\n\n"
+
+
+WITHIN_STD = "≈"   # marks our mean ± std when the paper's number lies within one seed-std of our mean
+
+
+def render_profile(resolved: dict, settings: ReportSettings, summary: pd.DataFrame, paper: pd.DataFrame,
+                   head: list[dict], h: str = "##") -> str:
+    """One profile's sections: headline, data, the tables, method metrics and cost. `h` is their heading level."""
     display = Display(resolved, settings)
     out = io.StringIO()
-    out.write("# Results: our numbers beside the paper's\n\n")
-    out.write(f"Mean ± std over seeds {resolved['seeds']}; accuracies in %. Generated by `dvc repro` "
-              "(stage `report`) from the runs params.yaml lists; do not edit by hand.\n\n")
-    if warnings:
-        out.write("## Warnings\n\n" + "".join(f"- {w}\n" for w in warnings) + "\n")
     if head:
         main = display.label(settings.headline.method)
-        out.write(f"## Headline: {main} against the best baseline (Class-IL)\n\n"
+        out.write(f"{h} Headline: {main} against the best baseline (Class-IL)\n\n"
                   f"Best baseline: the method with the highest mean Class-IL at that buffer (or without a buffer), {main}'s own "
                   f"variants and {', '.join(map(display.label, settings.headline.exclude)) or 'none'} left out.\n\n")
         out.write(headline_table(head) + "\n\n")
     benchmarks = [b for b in resolved["benchmarks"] if b in set(summary.benchmark)]
-    out.write("Data:\n\n")
-    for b in benchmarks:
-        cfg = resolved["benchmarks"][b]
-        out.write(f"- **{b}**: {cfg.get('label') or cfg['source']} (source `{cfg['source']}`)\n")
-    envs = environments(summary)
+    out.write(data_lines(resolved, summary, benchmarks))
     envs_of = {b: environments(summary[summary.benchmark == b]) for b in benchmarks}
-    out.write("\nComputed on: " + "; ".join(envs) + (
-        ". **These results mix environments**: another CPU or torch build moves a run's numbers within seed "
-        "noise, so compare cells from one environment (summary.csv has each seed's)." if len(envs) > 1 else ".") + "\n\n")
     for spec in settings.tables:
         sections = []
         for b in table_benchmarks(spec, summary, resolved):
@@ -352,17 +403,43 @@ def render_tables(resolved: dict, settings: ReportSettings, summary: pd.DataFram
             mixed = envs_of[b]
             if len(mixed) > 1:
                 notes = [f"its cells come from {len(mixed)} environments: " + "; ".join(mixed), *notes]
-            sections.append(f"### {b}\n\n" + "".join(f"- {n}\n" for n in notes) + ("\n" if notes else "")
+            if WITHIN_STD in table:
+                notes = [f"{WITHIN_STD}: the paper's number lies within one seed-std of our mean.", *notes]
+            sections.append(f"{h}# {b}\n\n" + "".join(f"- {n}\n" for n in notes) + ("\n" if notes else "")
                             + table + "\n\n")
         if sections:
-            out.write(f"## {spec.title}\n\n" + (f"{spec.text}\n\n" if spec.text else "") + "".join(sections))
+            out.write(f"{h} {spec.title}\n\n" + (f"{spec.text}\n\n" if spec.text else "") + "".join(sections))
     extra = method_metrics_table(summary, display)
     if extra:
-        out.write("## Method-specific metrics (mean over seeds)\n\n" + extra + "\n\n")
-    out.write("## Forgetting and cost per run\n\n"
+        out.write(f"{h} Method-specific metrics (mean over seeds)\n\n" + extra + "\n\n")
+    out.write(f"{h} Forgetting and cost per run\n\n"
               "Forgetting: mean over evaluation groups (tasks; digits on MNIST-360) of the best earlier "
               "accuracy minus the final one. Train seconds exclude evaluation.\n\n")
     out.write(cost_table(summary, display) + "\n")
+    return out.getvalue()
+
+
+def render_tables(resolved: dict, settings: ReportSettings, summary: pd.DataFrame, paper: pd.DataFrame,
+                  head: list[dict], warnings: list[str], reproductions: list["Reproduction"] = ()) -> str:
+    out = io.StringIO()
+    out.write("# Results: our numbers beside the paper's\n\n")
+    out.write("Mean ± std over seeds; accuracies in %. Generated by `dvc repro` (stage `report`) from the runs "
+              "params.yaml lists" + (" and the committed results of the profiles in `report.reproductions`"
+                                     if reproductions else "") + "; do not edit by hand.\n\n")
+    if warnings:
+        out.write("## Warnings\n\n" + "".join(f"- {w}\n" for w in warnings) + "\n")
+    for rep in reproductions:
+        out.write(f"## Reproduction: {rep.title}\n\n"
+                  f"Seeds {rep.resolved['seeds']}. The results of another profile, run with `dvc repro` in a workspace "
+                  f"of its own and committed in `{rep.folder}` (its params.yaml, dvc.lock and results/); the README "
+                  "says how to regenerate them.\n\n")
+        out.write(render_profile(rep.resolved, rep.settings, rep.summary, paper, rep.head, "###"))
+    h = "##"
+    if reproductions:
+        out.write("## This profile (params.yaml)\n\n")
+        h = "###"
+    out.write(f"Seeds {resolved['seeds']}.\n\n")
+    out.write(render_profile(resolved, settings, summary, paper, head, h))
     return out.getvalue()
 
 
@@ -384,6 +461,7 @@ def write_report(resolved: dict, out_dir: str | Path, paper_csvs: list[str | Pat
     cells = load_cells(resolved)
     summary = summary_frame(cells)
     paper = read_paper(paper_csvs)
+    reproductions = [read_reproduction(f, paper) for f in settings.reproductions]
     warnings: list[str] = []
     for folder in stale_runs(resolved):
         warn(f"stale: {folder} is not a run of params.yaml; delete it", warnings)
@@ -399,7 +477,8 @@ def write_report(resolved: dict, out_dir: str | Path, paper_csvs: list[str | Pat
         head = headline(summary, paper, display)
         summary.to_csv(build / "summary.csv", index=False)
         (build / "metrics.json").write_text(json.dumps(headline_metrics(head), indent=2, allow_nan=False) + "\n")
-        (build / "tables.md").write_text(render_tables(resolved, settings, summary, paper, head, warnings))
+        (build / "tables.md").write_text(render_tables(resolved, settings, summary, paper, head, warnings,
+                                                             reproductions))
         for name in OUTPUTS:
             dest = out_dir / name
             if dest.is_dir():
