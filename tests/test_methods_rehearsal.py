@@ -210,6 +210,42 @@ def test_icarl_distils_from_a_frozen_old_network():
     assert torch.bincount(m.ex_y).tolist() == [5, 5, 5, 5]
 
 
+def test_raw_features_give_the_nearest_raw_mean():
+    """`features: raw` (the reference framework): herding, class means and distances on unnormalised features."""
+    m = make_method("icarl", net=Plane(), features="raw")
+    m.ctx.plain_transform = lambda x: x.float()
+    m.ex_x = torch.tensor([[3.0, 0.0], [1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+    m.ex_y = torch.tensor([0, 0, 1, 1])
+    m.seen_hi = 2
+    m.net.eval()
+    x = torch.tensor([[5.0, 1.0], [1.0, 3.0]])
+    means = torch.tensor([[2.0, 0.0], [0.5, 1.5]])
+    expected = -(x[:, None, :] - means[None]).pow(2).sum(2)
+    assert torch.allclose(m.predict(x)[:, :2], expected, atol=1e-6)
+    assert torch.allclose(m.class_means, means)
+    assert torch.equal(m._features(m.ex_x), m.ex_x)
+
+
+def test_icarl_takes_the_reference_step_count_at_a_large_buffer():
+    """The reference trains on the task's images and the exemplars merged: ceil((images + memory) / batch)
+    SGD steps of `batch` per pass; here 24 images and 20 exemplars at batch 5 -> 9 steps (the stream has 5)."""
+    m = make_method("icarl", buffer=20)
+    run_tasks(m, 1)
+    sizes = []
+    loss = m.loss
+    m.loss = lambda x, y: (sizes.append(len(y)), loss(x, y))[1]
+    data = task(1)
+    m.begin_task(data)
+    shown = []
+    for s in range(5):                   # one pass over the task: 4 batches of 5 and one of 4
+        idx = torch.arange(s * 5, min(s * 5 + 5, 24))
+        m.observe(to_unit_float(data.x_raw[idx]), data.y[idx], data.x_raw[idx])
+        shown.append(len(idx))
+    m.end_task(data)
+    assert sum(shown) == 24 and len(shown) == 5
+    assert sizes == [5] * 8 + [4] and len(sizes) == math.ceil((24 + 20) / 5)
+
+
 def test_icarl_replays_every_exemplar_about_once_per_pass():
     m = make_method("icarl", buffer=20)
     run_tasks(m, 1)
@@ -283,6 +319,23 @@ def test_ring_buffer_keeps_the_newest_per_class():
     assert all(int(c) == {2: 0, 4: 0, 3: 1, 9: 1}[int(v)] for v, c in zip(bx[:, 0], by))
 
 
+def test_hal_reservoir_memory_keeps_what_the_reference_keeps():
+    """The reference's 'ring' is a reservoir over the whole stream: after two tasks (40 images, 4 classes) a
+    buffer of 40 holds all of them (10 per class on average), where the paper's ring keeps 40 // 10 = 4
+    per class (16); neither is emptied at the task boundary."""
+    ring, reservoir = make_method("hal", buffer=40), make_method("hal", buffer=40, memory="reservoir")
+    for m in (ring, reservoir):
+        run_tasks(m, 2, steps=4)
+    assert int(ring.store.filled().sum()) == 16 and ring.store.counts[:4].tolist() == [12, 8, 12, 8]
+    x, y = reservoir.store.buffer.get("examples", "labels")
+    assert reservoir.store.buffer.seen == 40 and len(y) == 40 and torch.bincount(y).tolist() == [12, 8, 12, 8]
+    bx, by = reservoir.store.sample(6)
+    assert bx.dtype == torch.uint8 and len(by) == 6
+    fresh = make_method("hal", buffer=40, memory="reservoir", seed=3)
+    fresh.load_state_dict(reservoir.state_dict())
+    assert torch.equal(fresh.store.buffer.get("examples")[0], x)
+
+
 def test_anchor_objective_decreases_and_anchors_are_one_per_class_seen():
     torch.manual_seed(0)
     net_t, net_m = MLP((1, 4, 4), 4), MLP((1, 4, 4), 4)
@@ -338,9 +391,9 @@ def _assert_same(a, b):
 @pytest.mark.parametrize("name, keys", [
     ("gem", {"mem_x", "mem_y", "mem_sizes"}),
     ("icarl", {"ex_x", "ex_y", "old_net", "class_means", "seen_hi", "task_lo", "replay_per_step", "replay_order",
-              "replay_cursor"}),
+              "replay_cursor", "carry_x", "carry_y"}),
     ("fdr", {"mem_x", "mem_p", "mem_t", "tasks_seen"}),
-    ("hal", {"ring", "anchors", "anchor_classes", "phi"}),
+    ("hal", {"memory", "anchors", "anchor_classes", "phi"}),
 ])
 def test_state_dict_round_trips_the_cross_task_state(name, keys):
     m = make_method(name)

@@ -1,9 +1,13 @@
 """HAL, Hindsight Anchor Learning (Chaudhry et al. 2021): ER on a ring buffer plus anchors kept stable.
 
-Buffer: a ring buffer, one FIFO of buffer // n_classes slots per class (the benchmark's classes, known
-in advance, as in the ring buffer of Chaudhry et al.): a class's newest images replace its oldest.
-(The reference framework, mammoth, asks for a 'ring' buffer but its insertion is reservoir
-sampling, with the counter reset at each task's end; this follows the paper.)
+Memory (`memory`): "ring" (default, the paper): one FIFO of buffer // n_classes slots per class (the
+benchmark's classes, known in advance, as in the ring buffer of Chaudhry et al.): a class's newest
+images replace its oldest, so an old class keeps buffer // n_classes images from the first task on.
+"reservoir" (the reference framework, mammoth, the paper profile's value): mammoth asks for a 'ring'
+buffer, but its insertion is reservoir sampling, and the seen-counter reset it makes at a task's end
+compares the task index with the number of tasks, so it never fires: in effect one reservoir over the
+whole stream, which keeps buffer / classes seen images of each old class (on seq-cifar10 at buffer 200:
+50, 33, 25 after tasks 2, 3, 4, where the ring keeps 20).
 
 Step (the paper's Algorithm 1, and the reference's update): with B the stream batch joined to a
 replayed buffer batch and theta the current weights,
@@ -32,13 +36,14 @@ replay_batch images; after that sampling stays on the device.
 from __future__ import annotations
 
 import copy
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from pydantic import Field
 
 from gcl.methods.base import Method, ReplaySettings, TaskData, register
-from gcl.training.buffer import to_device
+from gcl.training.buffer import ReservoirBuffer, to_device
 
 
 class RingBuffer:
@@ -131,51 +136,79 @@ def optimise_anchors(net_t, net_m, init: torch.Tensor, classes: torch.Tensor, ph
     return e.detach(), torch.stack(curve)
 
 
+class ReservoirMemory:
+    """The reference framework's HAL memory: the shared reservoir (images and labels) over the whole stream,
+    with the ring buffer's interface."""
+
+    def __init__(self, capacity: int, device: torch.device, generator: torch.Generator):
+        self.buffer = ReservoirBuffer(capacity, device, generator)
+
+    def add(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.buffer.add(examples=x, labels=y)
+
+    def sample(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.buffer.sample(size, "examples", "labels")
+
+    def is_empty(self) -> bool:
+        return self.buffer.is_empty()
+
+    def state_dict(self) -> dict:
+        return self.buffer.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.buffer.load_state_dict(state)
+
+
 class HALSettings(ReplaySettings):
     hal_lambda: float = Field(ge=0, description="weight lambda of the anchor-stability loss")
     beta: float = Field(ge=0, le=1, description="decay of the running mean of the stream's features (phi)")
     gamma: float = Field(ge=0, description="weight of the anchors' distance to the feature mean phi")
     anchor_steps: int = Field(100, gt=0, description="SGD steps that optimise each task's anchors (reference: 100)")
     finetune_steps: int = Field(1, ge=0, description="SGD steps of fine-tuning on the buffer before the anchors (reference: 1)")
+    memory: Literal["ring", "reservoir"] = Field(
+        "ring", description="per-class ring buffer (the paper) or one reservoir over the stream (the reference framework)")
 
 
 @register
 class HAL(Method):
     name = "hal"
-    summary = "HAL: ER on a per-class ring buffer, plus anchors learned at task ends whose outputs are kept stable"
+    summary = "HAL: ER on a per-class ring buffer (or a reservoir), plus anchors learned at task ends whose outputs are kept stable"
     needs_boundaries = True
     uses_buffer = True
     reservoir = False       # a memory of its own (below), not the shared reservoir
     Settings = HALSettings
-    state_attrs = ("ring", "anchors", "anchor_classes", "phi")
+    state_attrs = ("memory", "anchors", "anchor_classes", "phi")
 
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)
-        per_class = cfg["buffer"] // ctx.n_classes
-        if per_class == 0:
-            raise ValueError(f"hal: a buffer of {cfg['buffer']} gives no ring slot to each of {ctx.n_classes} classes")
-        self.ring_buffer = RingBuffer(ctx.n_classes, per_class, ctx.device, ctx.generator)
+        if cfg["memory"] == "reservoir":
+            self.store = ReservoirMemory(cfg["buffer"], ctx.device, ctx.generator)
+        else:
+            per_class = cfg["buffer"] // ctx.n_classes
+            if per_class == 0:
+                raise ValueError(f"hal: a buffer of {cfg['buffer']} gives no ring slot to each of {ctx.n_classes} classes")
+            self.store = RingBuffer(ctx.n_classes, per_class, ctx.device, ctx.generator)
         self.anchors: torch.Tensor | None = None          # (classes seen, *input shape), network-input space
         self.anchor_classes: torch.Tensor | None = None
         self.phi: torch.Tensor | None = None
         self.last_anchor_curve: torch.Tensor | None = None
 
-    # the ring buffer travels in state_dict as a plain dict
+    # the memory travels in state_dict as a plain dict
     @property
-    def ring(self) -> dict:
-        return self.ring_buffer.state_dict()
+    def memory(self) -> dict:
+        return self.store.state_dict()
 
-    @ring.setter
-    def ring(self, state: dict) -> None:
-        self.ring_buffer.load_state_dict(state)
+    @memory.setter
+    def memory(self, state: dict) -> None:
+        self.store.load_state_dict(state)
 
     def begin_task(self, task: TaskData) -> None:
         self.phi = None
 
     def observe(self, x, y, x_raw):
         inputs, labels = x, y
-        if not self.ring_buffer.is_empty():
-            buf_x, buf_y = self.ring_buffer.sample(self.cfg["replay_batch"])
+        if not self.store.is_empty():
+            buf_x, buf_y = self.store.sample(self.cfg["replay_batch"])
             inputs, labels = torch.cat([x, self.ctx.train_transform(buf_x)]), torch.cat([y, buf_y])
         loss = F.cross_entropy(self.net(inputs), labels)
         grads = torch.autograd.grad(loss, self.params)
@@ -195,7 +228,7 @@ class HAL(Method):
             mean_feat = self.net.features(x).mean(0)
             self.phi = mean_feat * (1 - self.cfg["beta"]) if self.phi is None else \
                 self.cfg["beta"] * self.phi + (1 - self.cfg["beta"]) * mean_feat
-        self.ring_buffer.add(x_raw, y)
+        self.store.add(x_raw, y)
         return loss.detach()
 
     def end_task(self, task: TaskData) -> None:
@@ -204,7 +237,7 @@ class HAL(Method):
         theta_m = copy.deepcopy(self.net)
         ft_params = [p for p in theta_m.parameters() if p.requires_grad]
         for _ in range(self.cfg["finetune_steps"]):
-            buf_x, buf_y = self.ring_buffer.sample(self.cfg["batch"])
+            buf_x, buf_y = self.store.sample(self.cfg["batch"])
             ft_loss = F.cross_entropy(theta_m(self.ctx.train_transform(buf_x)), buf_y)
             with torch.no_grad():
                 torch._foreach_add_(ft_params, torch.autograd.grad(ft_loss, ft_params), alpha=-self.cfg["lr"])

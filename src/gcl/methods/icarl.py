@@ -2,8 +2,10 @@
 
 Exemplars: at the end of each task, with m = buffer // (classes seen), every old class's exemplar
 set is cut to its first m (herding order is priority order), and m exemplars of each new class are
-chosen by herding (`herding`) on the L2-normalised features of the class's training images (network
-in eval mode, images not augmented). They are stored non-augmented (uint8).
+chosen by herding (`herding`) on the features of the class's training images (network in eval mode,
+images not augmented). They are stored non-augmented (uint8). Features: L2-normalised (`features:
+normalised`, iCaRL's paper and code) or raw (`features: raw`, the reference framework whose numbers the
+CoCa paper copies; the paper profile's value).
 
 Loss (classes [0, hi) seen so far, the current task's classes [lo, hi)): binary cross-entropy with
 logits over the outputs of classes [0, hi), mean over batch and classes, with targets
@@ -14,13 +16,18 @@ plus the explicit weight penalty wd_reg * sum_p p^2 of the reference framework (
 
 Replay: the reference merges the exemplars into the current task's training set, so that every
 pass over the task also passes once over the exemplars, shuffled in among the task's images and
-augmented. Here the stream is the loop's, so each step appends the next k exemplars of a
-per-pass random order of the memory to the stream batch (one forward, one loss), with
-k = ceil(memory / steps per pass): each exemplar is visited about once per pass and the exemplars'
-share of a batch, k / (batch + k), is about memory / (task images + memory), as in the reference.
+augmented, in batches of `batch`: (task images + memory) / batch SGD steps per pass. Here the stream
+is the loop's, so each stream batch is pooled with the next k exemplars of a per-pass random order of
+the memory (k = ceil(memory / stream steps per pass)) and with what the previous step left over; the
+pool is shuffled and trained in as many full batches of `batch` as it holds, the rest carried to the
+next step (and trained as one last, smaller batch at the task's end). So each exemplar is visited about
+once per pass, the SGD steps and their batch size are the reference's (1.5-3x the stream's steps at a
+buffer of 5120 on the image benchmarks), and the exemplars' share of a batch is about memory / (task
+images + memory).
 
 Prediction: nearest mean of exemplars. The class means are the means of the exemplars' normalised
-features, renormalised (iCaRL's code), computed with the current network in eval mode on the
+features, renormalised (iCaRL's code), or of their raw features (`features: raw`, the reference
+framework's), computed with the current network in eval mode on the
 non-augmented exemplars; no flipped copies (the reference framework averages no flips; flips are
 meaningless on digits). predict returns -||phi(x) - mu_c||^2 for the classes seen and -inf for the
 others, so its argmax is the nearest mean and Task-IL masks it as any logits. Before the first task
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -65,6 +73,8 @@ def herding(features: torch.Tensor, m: int) -> torch.Tensor:
 
 class ICaRLSettings(MethodSettings):
     wd_reg: float = Field(1e-5, ge=0, description="weight of the explicit penalty wd_reg * sum of squared parameters")
+    features: Literal["normalised", "raw"] = Field(
+        "normalised", description="features of herding and the class means: L2-normalised (iCaRL) or raw (mammoth)")
 
 
 @register
@@ -76,7 +86,7 @@ class ICaRL(Method):
     reservoir = False       # a memory of its own (below), not the shared reservoir
     Settings = ICaRLSettings
     state_attrs = ("ex_x", "ex_y", "old_net", "class_means", "seen_hi", "task_lo", "replay_per_step", "replay_order",
-                   "replay_cursor")
+                   "replay_cursor", "carry_x", "carry_y")
 
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)
@@ -90,7 +100,9 @@ class ICaRL(Method):
         self.eye = torch.eye(ctx.n_classes, device=ctx.device)
         self.replay_order = None      # replay: this pass's order over the exemplars, and where it stands
         self.replay_cursor = 0
-        self.replay_per_step = 0     # exemplars appended to each stream batch in this task
+        self.replay_per_step = 0     # exemplars pooled with each stream batch in this task
+        self.carry_x: torch.Tensor | None = None    # the pool's rest (fewer than `batch`), trained with the next step
+        self.carry_y: torch.Tensor | None = None
         self._means_stale = False
 
     # ------------------------------------------------------------------ training
@@ -101,6 +113,7 @@ class ICaRL(Method):
             steps = math.ceil(len(task.y) / self.cfg["batch"])
             self.replay_per_step = math.ceil(len(self.ex_y) / steps)
             self.replay_order, self.replay_cursor = None, 0
+        self.carry_x = self.carry_y = None
 
     def _next_exemplars(self) -> torch.Tensor:
         """Indices of the next k exemplars of this pass's random order (a new order when it runs out)."""
@@ -131,24 +144,42 @@ class ICaRL(Method):
 
     def observe(self, x, y, x_raw):
         self._means_stale = True
-        if self.ex_x is not None and self.replay_per_step > 0:
-            idx = self._next_exemplars()
-            x = torch.cat([x, self.ctx.train_transform(self.ex_x.index_select(0, idx))])
-            y = torch.cat([y, self.ex_y.index_select(0, idx)])
-        return self.sgd_step(self.loss(x, y))
+        if self.ex_x is None or self.replay_per_step == 0:
+            return self.sgd_step(self.loss(x, y))
+        idx = self._next_exemplars()
+        xs, ys = [x, self.ctx.train_transform(self.ex_x.index_select(0, idx))], [y, self.ex_y.index_select(0, idx)]
+        if self.carry_x is not None:
+            xs.insert(0, self.carry_x)
+            ys.insert(0, self.carry_y)
+        pool_x, pool_y = torch.cat(xs), torch.cat(ys)
+        order = to_device(torch.randperm(len(pool_y), generator=self.ctx.generator), pool_y.device)
+        pool_x, pool_y = pool_x[order], pool_y[order]
+        b = self.cfg["batch"]
+        full = len(pool_y) // b * b
+        losses = [self.sgd_step(self.loss(pool_x[i:i + b], pool_y[i:i + b])) for i in range(0, full, b)]
+        self.carry_x, self.carry_y = (pool_x[full:], pool_y[full:]) if full < len(pool_y) else (None, None)
+        return torch.stack(losses).mean()
+
+    def _norm(self, feats: torch.Tensor) -> torch.Tensor:
+        return F.normalize(feats, dim=1) if self.cfg["features"] == "normalised" else feats
 
     @torch.no_grad()
     def _features(self, x_raw: torch.Tensor) -> torch.Tensor:
-        """Normalised features of non-augmented images, network in eval mode (restored afterwards)."""
+        """Features (normalised or raw, see `features`) of non-augmented images, network in eval mode (restored
+        afterwards)."""
         mode = self.net.training
         self.net.eval()
         transform = self.ctx.plain_transform or self.ctx.train_transform
         feats = torch.cat([self.net.features(transform(x_raw[i:i + 256])) for i in range(0, len(x_raw), 256)])
         self.net.train(mode)
-        return F.normalize(feats, dim=1)
+        return self._norm(feats)
 
     @torch.no_grad()
     def end_task(self, task: TaskData) -> None:
+        if self.carry_x is not None:      # the pool's rest: the last, smaller batch of the task
+            with torch.enable_grad():
+                self.sgd_step(self.loss(self.carry_x, self.carry_y))
+            self.carry_x = self.carry_y = None
         lo, hi = task.classes
         m = self.cfg["buffer"] // hi
         if m == 0:
@@ -177,7 +208,7 @@ class ICaRL(Method):
         feats = self._features(self.ex_x)
         sums = torch.zeros(self.seen_hi, feats.shape[1], device=feats.device).index_add_(0, self.ex_y, feats)
         counts = torch.bincount(self.ex_y, minlength=self.seen_hi).clamp_min(1)
-        self.class_means = F.normalize(sums / counts[:, None], dim=1)
+        self.class_means = self._norm(sums / counts[:, None])
         self._means_stale = False
 
     @torch.no_grad()
@@ -188,7 +219,7 @@ class ICaRL(Method):
             return scores
         if self._means_stale or self.class_means is None:
             self._compute_means()
-        feats = F.normalize(self.net.features(x), dim=1)
+        feats = self._norm(self.net.features(x))
         means = self.class_means
         # -||f - mu||^2 expanded: one matrix product, no (batch x classes x features) tensor
         sq = feats.pow(2).sum(1, keepdim=True) + means.pow(2).sum(1)[None, :] - 2 * feats @ means.T

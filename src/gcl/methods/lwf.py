@@ -29,10 +29,14 @@ What is taken from the reference framework, and where this departs from it:
   classes' rows of the classifier are trained alone on the task's (augmented) images, the rest of the
   network frozen and in eval mode, with cross-entropy over the new classes only, for `warmup_epochs`
   passes (-1: the benchmark's epochs, the reference's n_epochs) at the run's lr and batch.
-- Targets: the reference precomputes the old network's logits once per task on the non-augmented
-  images and distils them into the outputs of an augmented view. Here the frozen copy scores the same
-  augmented batch the network is trained on, so the target is the old network's answer to exactly that
-  input (one extra forward pass without gradient per step).
+- Targets: the reference precomputes the old network's logits once per task on images neither
+  augmented nor normalised (its not-augmented view is the bare tensor conversion, while the network
+  trains on normalised images: on CIFAR the old network scores inputs of another scale than any it was
+  trained on) and distils them into the outputs of the augmented, normalised view. Here the frozen copy
+  scores the same augmented, normalised batch the network is trained on, so the target is the old
+  network's answer to exactly that input (LwF's formulation; one extra forward pass without gradient
+  per step). Not matched on purpose: the reference's targets come from inputs outside the old
+  network's training distribution. On MNIST (no augmentation, no normalisation) the two agree.
 """
 from __future__ import annotations
 
