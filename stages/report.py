@@ -8,11 +8,15 @@ def main() -> None:
     from gcl.config import load_params, read_current, resolve_report
     from gcl.layout import resolved_report
     from gcl.report import write_report
+    from gcl.training.run import sweep_finished_progress
 
     resolved = read_current(resolved_report(), resolve_report(load_params()), "report", "report")
     warnings = write_report(resolved, "results",
                             ["reference/paper_results.csv", "reference/der_paper_results.csv"])
     print(f"report written to results/ ({len(warnings)} warning(s))")
+    swept = sweep_finished_progress(resolved["runs"])    # left by runs DVC restored from its run cache
+    if swept:
+        print(f"removed the progress files of {len(swept)} finished run(s) from .gcl-progress/")
 
 
 if __name__ == "__main__":

@@ -74,3 +74,27 @@ def test_a_run_writes_its_log_beside_its_results(tmp_path, monkeypatch):
         # five task ends, then the result; the two workers' lines never cut into each other
         assert [LINE.match(line)["where"] for line in mine[:5]] == [f"task {t}/5, epoch 1/1" for t in range(1, 6)]
         assert mine[5].startswith(f"[seq-er-20 seed {seed}] done: class-il {metrics['seeds'][str(seed)]['class_il']:.2f}")
+
+
+def test_progress_of_finished_runs_is_swept_unless_their_settings_changed_or_they_train(tmp_path, monkeypatch):
+    """After a kill, `dvc repro` may restore a run's output from its run cache instead of training it: the
+    report stage then deletes that run's progress folder and lock, but never one whose metrics.json holds
+    other settings (it may hold progress towards the current ones) or one a process is training."""
+    from gcl.atomic import write_json
+    from gcl.layout import run_dir
+    from gcl.processes import RunLock
+    from gcl.training.run import PROGRESS_DIR, sweep_finished_progress
+
+    monkeypatch.chdir(tmp_path)
+    runs = {f"m-er-{b}": {"benchmark": "mnist-360", "method": "er", "buffer": b, "lr": 0.1} for b in (200, 500, 1000)}
+    for key, run in runs.items():
+        (PROGRESS_DIR / key).mkdir(parents=True)
+        (PROGRESS_DIR / key / "seed-0.ckpt").write_bytes(b"x")
+        (PROGRESS_DIR / f"{key}.lock").write_text("1")
+        write_json(run_dir(run) / "metrics.json", {"config": {"run": {**run, "lr": 0.2 if run["buffer"] == 500 else 0.1}}})
+    with RunLock(PROGRESS_DIR / "m-er-1000.lock", "m-er-1000"):          # being trained
+        assert sweep_finished_progress(runs) == ["m-er-200"]
+    assert not (PROGRESS_DIR / "m-er-200").exists() and not (PROGRESS_DIR / "m-er-200.lock").exists()
+    assert (PROGRESS_DIR / "m-er-500" / "seed-0.ckpt").exists()          # metrics.json of other settings
+    assert (PROGRESS_DIR / "m-er-1000" / "seed-0.ckpt").exists()
+    assert sweep_finished_progress(runs) == ["m-er-1000"]                 # once its trainer is gone

@@ -261,7 +261,7 @@ def accuracy_table(spec, summary: pd.DataFrame, paper: pd.DataFrame, display: Di
 
 def cost_table(summary: pd.DataFrame, display: Display) -> str:
     agg = summary.groupby(["benchmark", "method", "buffer"]).agg(
-        seeds=("seed", "count"), forgetting=("forgetting", "mean"),
+        seeds=("seed", "count"), forgetting=("forgetting", "mean"), steps=("steps", "mean"),
         train_seconds=("train_seconds", "mean"), samples_per_second=("samples_per_second", "mean"),
         device=("device", "first")).reset_index()
     order = {m: i for i, m in enumerate(display.sort(agg.method))}
@@ -270,6 +270,7 @@ def cost_table(summary: pd.DataFrame, display: Display) -> str:
                           col.map(buffer_key) if col.name == "buffer" else col)
     for col in ("forgetting", "train_seconds", "samples_per_second"):
         agg[col] = agg[col].map(fmt_number)
+    agg["steps"] = agg["steps"].map(lambda v: "-" if pd.isna(v) else f"{v:,.0f}")
     agg["method"] = agg["method"].map(display.label)
     return markdown(agg)
 
@@ -414,7 +415,8 @@ def render_profile(resolved: dict, settings: ReportSettings, summary: pd.DataFra
         out.write(f"{h} Method-specific metrics (mean over seeds)\n\n" + extra + "\n\n")
     out.write(f"{h} Forgetting and cost per run\n\n"
               "Forgetting: mean over evaluation groups (tasks; digits on MNIST-360) of the best earlier "
-              "accuracy minus the final one. Train seconds exclude evaluation.\n\n")
+              "accuracy minus the final one. Steps: SGD steps of the stream per seed (the settings' batch decides "
+              "them: compare rows at equal steps). Train seconds exclude evaluation.\n\n")
     out.write(cost_table(summary, display) + "\n")
     return out.getvalue()
 

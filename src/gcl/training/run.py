@@ -20,7 +20,7 @@ import torch
 from gcl.atomic import remove_stale_temporaries, save_tensors, write_json
 from gcl.data.benchmarks import load_benchmark
 from gcl.layout import benchmark_file, run_dir, run_log
-from gcl.processes import RunLock, die_with_parent
+from gcl.processes import RunLock, RunLockedError, die_with_parent
 from gcl.training.checkpoint import Checkpoint, load_fingerprinted
 from gcl.training.devices import auto_workers, resolve_device, seed_devices, start_mps
 from gcl.training.fingerprint import file_digest, fingerprint
@@ -149,6 +149,33 @@ def _train_run(spec: dict, workers: int | str, threads: int, checkpoint_minutes:
     # the cell is complete: a later forced run must train again, not reuse these seeds
     shutil.rmtree(progress, ignore_errors=True)
     return out
+
+
+def sweep_finished_progress(runs: dict[str, dict]) -> list[str]:
+    """Delete the progress folders (and lock files) of runs whose metrics.json holds the settings `runs`
+    gives them now (key -> resolved run settings), unless a process is training them: what an interrupted
+    run leaves when a later `dvc repro` restores its output from DVC's run cache instead of training it.
+    Returns the runs swept."""
+    swept = []
+    for key, run in runs.items():
+        progress, metrics = PROGRESS_DIR / key, run_dir(run) / "metrics.json"
+        lock = PROGRESS_DIR / f"{key}.lock"
+        if not (progress.exists() or lock.exists()) or not metrics.exists():
+            continue
+        try:
+            finished = json.loads(metrics.read_text())["config"]["run"] == json.loads(json.dumps(run))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if not finished:
+            continue          # the folder may hold the progress of the settings params.yaml asks for now
+        try:
+            with RunLock(lock, key):
+                shutil.rmtree(progress, ignore_errors=True)
+                lock.unlink(missing_ok=True)
+        except RunLockedError:
+            continue
+        swept.append(key)
+    return swept
 
 
 def _earlier_result(done: Path, say) -> dict | None:
