@@ -186,6 +186,22 @@ def test_an_error_the_user_can_fix_is_one_line_without_traceback(project, change
 
 
 @pytest.mark.e2e
+def test_a_folder_where_metrics_json_belongs_is_one_line_and_the_seeds_are_kept(project):
+    out = project / "runs/mnist-360/er/200"
+    (out / "metrics.json").unlink()
+    (out / "metrics.json").mkdir()
+    done = sh(project, "python", "stages/train.py", "mnist-360-er-200", check=False)
+    said = done.stdout + done.stderr
+    assert done.returncode != 0 and "Traceback" not in said, said
+    assert f"error: cannot use {Path('runs/mnist-360/er/200/metrics.json')}: Is a directory" in said, said
+    (out / "metrics.json").rmdir()
+    again = sh(project, "python", "stages/train.py", "mnist-360-er-200").stdout
+    assert again.count("finished by an earlier attempt") == 2, again      # the seeds' results were kept
+    sh(project, "dvc", "repro")
+    assert "up to date" in sh(project, "dvc", "status").stdout
+
+
+@pytest.mark.e2e
 def test_importing_with_bytecode_on_leaves_every_stage_up_to_date(project):
     """On a user's machine Python writes __pycache__ into the source folders that stages depend on."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}

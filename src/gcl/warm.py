@@ -67,13 +67,18 @@ def run_warm(script: str, main) -> None:
 
 
 def run_main(main) -> None:
-    """`main`, with an error the user can fix (gcl.errors.UserError) printed as its message alone; any other
-    exception keeps its traceback."""
-    from gcl.errors import UserError
+    """`main`, with an error the user can fix (gcl.errors.UserError, or a file-system error with a known fix)
+    printed as one line; any other exception keeps its traceback."""
+    from gcl.errors import UserError, file_system_error
     try:
         main()
     except UserError as exc:
         sys.exit(f"error: {exc}")
+    except OSError as exc:
+        line = file_system_error(exc)
+        if line is None:
+            raise
+        sys.exit(f"error: {line}")
 
 
 def run_stage(script: str, argv: list[str]) -> int | None:
