@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from gcl import figures
+from gcl.report import figures
 from gcl.atomic import write_json
 from gcl.config import MAX_LINES, ReportSettings
 from gcl.report import Display, write_report
@@ -161,7 +161,7 @@ def test_a_tsne_embedding_is_the_same_in_a_worker_thread_as_single_threaded():
 
     from threadpoolctl import threadpool_limits
 
-    from gcl.figures import embed_tsne
+    from gcl.report.figures import embed_tsne
     rng = np.random.default_rng(0)
     features = np.concatenate([rng.normal(c, 1.0, (40, 8)) for c in (0.0, 4.0, 8.0)]).astype(np.float32)
     with threadpool_limits(1):

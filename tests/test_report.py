@@ -277,9 +277,9 @@ def test_outputs_are_written_only_when_all_succeed(resolved, monkeypatch):
     write_report(resolved, "results", PAPER)
     before = {p: p.read_bytes() for p in Path("results").rglob("*") if p.is_file()}
     fake_run("mnist-360", "er", 200, [10.0, 10.0])            # new numbers ...
-    import gcl.report
-    render_tables = gcl.report.render_tables
-    monkeypatch.setattr(gcl.report, "render_tables", lambda *a, **k: 1 / 0)   # ... and the last output fails
+    import gcl.report.tables
+    render_tables = gcl.report.tables.render_tables
+    monkeypatch.setattr(gcl.report.tables, "render_tables", lambda *a, **k: 1 / 0)   # ... and the last output fails
     with pytest.raises(ZeroDivisionError):
         write_report(resolved, "results", PAPER)
     after = {p: p.read_bytes() for p in Path("results").rglob("*") if p.is_file()}
@@ -287,7 +287,7 @@ def test_outputs_are_written_only_when_all_succeed(resolved, monkeypatch):
     assert sorted(os.listdir(".")) == ["results", "runs"]      # no temporary folder left
     assert sorted(os.listdir("results")) == ["figures", "metrics.json", "plots", "summary.csv", "tables.md"]
     Path("results/.report.x1.tmp").mkdir()                      # left by a killed report: removed by the next
-    monkeypatch.setattr(gcl.report, "render_tables", render_tables)
+    monkeypatch.setattr(gcl.report.tables, "render_tables", render_tables)
     write_report(resolved, "results", PAPER)
     assert not Path("results/.report.x1.tmp").exists()
 

@@ -27,7 +27,7 @@ import torch
 from PIL import Image
 from pydantic import Field
 
-from gcl.data.sources import SourceError, SourceSettings, register_source
+from gcl.data.source_registry import SourceError, SourceSettings, register_source
 
 # torchvision is imported inside the functions that read or download files: importing it takes about
 # a second (it pulls in torch._dynamo), which every train stage would otherwise pay for nothing.

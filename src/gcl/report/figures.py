@@ -23,6 +23,7 @@ from threadpoolctl import threadpool_limits
 
 from gcl.config import MAX_LINES
 from gcl.layout import run_dir
+from gcl.report.common import ReportError, buffer_key, warn
 
 # ---------------------------------------------------------------------------- data
 
@@ -163,7 +164,6 @@ def plot_curves(resolved: dict, settings, display, cells: list[dict], out_dir: P
     lines a panel; methods without a buffer (dashed; JOINT's final accuracy dotted) in every row."""
     from matplotlib.ticker import MaxNLocator
 
-    from gcl.report import buffer_key
     plt = _pyplot()
     paths = []
     for bench in dict.fromkeys(c["benchmark"] for c in cells):
@@ -295,7 +295,6 @@ def plot_tsne(bench: str, cells: list[dict], display, path: Path, warn) -> Path 
 def plot_sensitivity(resolved: dict, settings, cells: list[dict], path: Path) -> Path | None:
     """Class-IL against omega and against gamma (the paper's Figure 4), mean ± std over seeds. The x value
     is the run's resolved setting."""
-    from gcl.report import ReportError
     spec = settings.sensitivity
     if not spec:
         return None
@@ -337,7 +336,6 @@ def plot_sensitivity(resolved: dict, settings, cells: list[dict], path: Path) ->
 
 def draw_all(resolved: dict, settings, display, cells: list[dict], out_dir: Path, warnings: list[str]) -> list[Path]:
     """Every figure; one that fails is skipped with a warning (a params error still stops the report)."""
-    from gcl.report import ReportError, warn
 
     def note(message: str) -> None:
         warn(message, warnings)

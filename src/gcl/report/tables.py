@@ -1,6 +1,6 @@
 """The report: the paper's tables with our mean ± std beside its numbers, a headline (the main method
 against the best baseline), a per-seed summary, the few numbers `dvc exp show` compares, plot data for
-`dvc plots`, and figures (src/gcl/figures.py).
+`dvc plots`, and figures (gcl.report.figures).
 
 It knows nothing of one profile: row names, row order, the paper rows each method is compared with,
 footnotes and the tables themselves come from the `report:` block of params.yaml (declared in
@@ -17,7 +17,6 @@ import io
 import json
 import os
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,15 +25,14 @@ import pandas as pd
 
 from gcl.atomic import remove_stale_temporaries
 from gcl.config import ReportSettings, load_params, resolve_report
-from gcl.errors import UserError
 from gcl.layout import run_dir
+from gcl.report.figures import draw_all, write_plot_data
+from gcl.report.common import ReportError, buffer_key, warn
 
 OUTPUTS = ("tables.md", "summary.csv", "metrics.json", "figures", "plots")
 SETTING = {"class_il": "class-il", "task_il": "task-il"}   # our metric -> the reference files' `setting`
 
 
-class ReportError(UserError, RuntimeError):
-    pass
 
 
 # ---------------------------------------------------------------------------- inputs
@@ -134,12 +132,6 @@ def read_reproduction(folder: str | Path, paper: pd.DataFrame) -> Reproduction:
 
 
 # ---------------------------------------------------------------------------- display settings
-
-def buffer_key(b) -> tuple:
-    """'none' first, then buffers numerically (200 < 500 < 1000 < 5120)."""
-    b = str(b)
-    return (b != "none", int(b) if b.isdigit() else 0, b)
-
 
 class Display:
     """Labels, paper rows, notes and row order, from report settings over the registered defaults."""
@@ -447,16 +439,9 @@ def render_tables(resolved: dict, settings: ReportSettings, summary: pd.DataFram
 
 # ---------------------------------------------------------------------------- writing
 
-def warn(message: str, warnings: list[str]) -> None:
-    print(f"warning: {message}", file=sys.stderr)
-    warnings.append(message)
-
-
 def write_report(resolved: dict, out_dir: str | Path, paper_csvs: list[str | Path]) -> list[str]:
     """Build every output in a temporary folder beside `out_dir`; move them into place only when all
     succeeded. Returns the warnings (also printed and listed at the top of tables.md)."""
-    from gcl import figures
-
     out_dir = Path(out_dir)
     settings = ReportSettings.model_validate(resolved.get("report") or {})
     display = Display(resolved, settings)
@@ -473,9 +458,9 @@ def write_report(resolved: dict, out_dir: str | Path, paper_csvs: list[str | Pat
     try:
         (build / "figures").mkdir()
         (build / "plots").mkdir()
-        figures.write_plot_data(resolved, settings, cells, build / "plots")
+        write_plot_data(resolved, settings, cells, build / "plots")
         if settings.figures:
-            figures.draw_all(resolved, settings, display, cells, build / "figures", warnings)
+            draw_all(resolved, settings, display, cells, build / "figures", warnings)
         head = headline(summary, paper, display)
         summary.to_csv(build / "summary.csv", index=False)
         (build / "metrics.json").write_text(json.dumps(headline_metrics(head), indent=2, allow_nan=False) + "\n")
