@@ -26,6 +26,10 @@ def main():
         time.sleep(60)
     if sys.argv[1:] == ["message"]:
         sys.exit("a usage message")
+    if sys.argv[1:] == ["record"]:
+        with open("ran.txt", "a") as f:
+            f.write(f"{os.getpid()} {os.getppid()}\\n")
+        sys.exit(0)
     sys.exit(int(sys.argv[1]) if sys.argv[1:] else 0)
 
 if __name__ == "__main__":
@@ -41,9 +45,9 @@ def stage(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "GCL_WARM_KEEP_ALIVE": "20", "STAGE_VALUE": "v1",
            "TORCH_GCL_WARM_TEST": str(tmp_path)}    # an import-time variable: a server of this test's own
 
-    def run(*args, **env_changes):
+    def run(*args, preexec_fn=None, **env_changes):
         done = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, env={**env, **env_changes},
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=120, preexec_fn=preexec_fn)
         fields = done.stdout.split()
         info = dict(zip(fields[::2], fields[1::2])) if fields else {}
         return done, info
@@ -95,3 +99,96 @@ def test_the_child_ends_when_the_stage_process_is_killed(stage, tmp_path):
         time.sleep(0.1)
     alive = Path(f"/proc/{child}/status").exists() and "zombie" not in Path(f"/proc/{child}/status").read_text()
     assert not alive, "the warm child outlived its stage process"
+
+
+def pinned_to_first_cpu():
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def lower_cpu_limit():
+    import resource
+    resource.setrlimit(resource.RLIMIT_CPU, (10_000, resource.getrlimit(resource.RLIMIT_CPU)[1]))
+
+
+@pytest.mark.parametrize("context", [pinned_to_first_cpu, lower_cpu_limit, lambda: os.nice(1)])
+def test_a_stage_under_another_process_context_gets_a_server_of_its_own(stage, context):
+    """A fork inherits the server's CPU set, priority and limits, not the stage's: a stage started under
+    others (taskset, nice, ulimit) must not be served by a server started under these, nor the reverse."""
+    run, _, _ = stage
+    _, plain = run("0")
+    _, other = run("0", preexec_fn=context)
+    _, again = run("0")
+    assert other["parent"] != plain["parent"] and again["parent"] == plain["parent"]
+
+
+def server_of(stage) -> int:
+    run, _, _ = stage
+    _, info = run("0")
+    return int(info["parent"])
+
+
+def test_a_stopped_server_is_given_up_on_and_then_runs_nothing(stage, tmp_path):
+    run, _, _ = stage
+    server = server_of(stage)
+    os.kill(server, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        done, _ = run("record", GCL_WARM_ACK_TIMEOUT="1")
+        waited = time.monotonic() - started
+    finally:
+        os.kill(server, signal.SIGCONT)
+    assert done.returncode == 0 and waited < 30
+    time.sleep(2)         # the server, awake again, takes the abandoned request: it must not run it
+    lines = (tmp_path / "ran.txt").read_text().splitlines()
+    assert len(lines) == 1 and int(lines[0].split()[1]) != server, lines    # run once, cold, by the stage itself
+
+
+def test_an_exiting_server_leaves_its_successors_socket(stage, tmp_path):
+    import socket as sockets
+    from gcl.warm import server_key, socket_path
+    run, _, env = stage
+    _, info = run("0", GCL_WARM_KEEP_ALIVE="2")
+    code = "import gcl.warm as w; print(w.socket_path(w.server_key()))"
+    path = Path(subprocess.run([sys.executable, "-c", code], env={**env, "GCL_WARM_KEEP_ALIVE": "2"},
+                               capture_output=True, text=True, check=True).stdout.strip())
+    assert path.exists()
+    successor = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
+    tmp = path.with_suffix(".successor.tmp")
+    successor.bind(str(tmp))
+    os.replace(tmp, path)            # a newer server published its socket under the same name
+    try:
+        deadline = time.time() + 30
+        while Path(f"/proc/{info['parent']}").exists() and time.time() < deadline:
+            time.sleep(0.2)
+        assert not Path(f"/proc/{info['parent']}/status").exists() or \
+            "zombie" in Path(f"/proc/{info['parent']}/status").read_text()
+        assert path.exists()         # the old server went without removing it
+    finally:
+        successor.close()
+        path.unlink(missing_ok=True)
+
+
+def wait_for_child(tmp_path) -> int:
+    pid_file = tmp_path / "child.pid"
+    deadline = time.time() + 60
+    while not pid_file.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    return int(pid_file.read_text())
+
+
+@pytest.mark.parametrize("how, returncode", [("kill the child", -signal.SIGKILL), ("ctrl-c", -signal.SIGINT)])
+def test_a_killed_or_interrupted_warm_stage_ends_as_a_cold_one_would(stage, tmp_path, how, returncode):
+    _, script, env = stage
+    client = subprocess.Popen([sys.executable, str(script), "sleep"], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    child = wait_for_child(tmp_path)
+    assert child != client.pid
+    if how == "kill the child":
+        os.kill(child, signal.SIGKILL)
+    else:
+        client.send_signal(signal.SIGINT)       # what the terminal sends the stage's process group
+    _, err = client.communicate(timeout=60)
+    assert client.returncode == returncode, err
+    if how == "ctrl-c":     # the stage's own traceback, as a cold stage prints it; none from the waiting client
+        assert err.rstrip().endswith("KeyboardInterrupt") and "time.sleep(60)" in err, err
+        assert "run_stage" not in err and "_read_line" not in err, err

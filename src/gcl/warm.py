@@ -7,9 +7,14 @@ standard streams, working directory, environment and arguments, runs the script 
 process would, and its exit status becomes the stage's. The numbers cannot differ from a cold start: the
 server never runs a torch operation or any stage code itself, and it serves only stages whose interpreter,
 import path, import-time environment and library code (every byte of src/gcl) are the ones it was started
-with; anything else gets a server of its own, started on first use. A server exits after `KEEP_ALIVE`
-seconds without a stage. If the client (the stage process DVC started) dies, its child ends too, and the
-child's worker processes with it. GCL_WARM=0, or any failure to reach a server, runs the stage cold.
+with, and whose process context (CPU affinity, priority, resource limits, cgroup: what a fork inherits from
+the server, not from the stage) is the server's; anything else gets a server of its own, started on first
+use. A server exits after `KEEP_ALIVE` seconds without a stage, and removes only its own socket. A stage
+waits at most `ACK_TIMEOUT` seconds for a server to take it, then runs cold; the child runs only on the
+stage's go-ahead, so a server that wakes up after its client gave up runs nothing. If the client (the stage
+process DVC started) dies, its child ends too, and the child's worker processes with it; a child killed by
+a signal ends its client by the same signal, and Ctrl-C reaches the child. GCL_WARM=0, or any failure to
+reach a server, runs the stage cold.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import fcntl
 import hashlib
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -29,17 +35,33 @@ from pathlib import Path
 
 from gcl.training.fingerprint import LIBRARY, library_digest
 
-KEEP_ALIVE = float(os.environ.get("GCL_WARM_KEEP_ALIVE", "120"))   # seconds a server waits for a stage
+KEEP_ALIVE = float(os.environ.get("GCL_WARM_KEEP_ALIVE", "30"))   # seconds a server waits for a stage
 START_TIMEOUT = 60.0
+ACK_TIMEOUT = float(os.environ.get("GCL_WARM_ACK_TIMEOUT", "10"))   # seconds a stage waits to be taken, then runs cold
 PRELOAD = ("torch", "gcl.config", "gcl.training.run", "gcl.data.sources", "gcl.report")   # what the stages import
 # environment variables read while torch and the library are imported: a server serves only stages that agree
 IMPORT_TIME_ENV = ("OMP_", "MKL_", "OPENBLAS_", "TORCH_", "PYTORCH_", "CUDA_", "LD_", "PYTHON")
 
 
+def process_context() -> str:
+    """What a forked child inherits from its server rather than from the stage that asked for it: the CPUs it
+    may run on, its priority, its resource limits and its cgroup (a job's memory cap on a cluster)."""
+    limits = {name: resource.getrlimit(getattr(resource, name)) for name in dir(resource) if name.startswith("RLIMIT_")}
+    try:
+        cgroup = Path("/proc/self/cgroup").read_text()
+    except OSError:
+        cgroup = ""
+    return json.dumps([sorted(os.sched_getaffinity(0)), os.getpriority(os.PRIO_PROCESS, 0), limits, cgroup],
+                      sort_keys=True)
+
+
 def server_key() -> str:
-    """What a server must share with a stage for the stage to run in it."""
+    """What a server must share with a stage for the stage to run in it: the interpreter, the library's code, the
+    import-time environment and the process context (a stage under another CPU set, priority, limit or cgroup
+    gets a server started from its own context)."""
     env = {k: v for k, v in os.environ.items() if k.startswith(IMPORT_TIME_ENV)}
-    parts = [sys.executable, sys.version, str(LIBRARY), json.dumps(env, sort_keys=True), library_digest()]
+    parts = [sys.executable, sys.version, str(LIBRARY), json.dumps(env, sort_keys=True), library_digest(),
+             process_context()]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
 
 
@@ -83,7 +105,10 @@ def run_main(main) -> None:
 
 def run_stage(script: str, argv: list[str]) -> int | None:
     """Run `script` with `argv` in a warm child and return its exit status; None when the stage should run cold
-    (warm processes switched off or unavailable), which the caller then does itself."""
+    (warm processes switched off or unavailable, or a server that does not take the stage within ACK_TIMEOUT),
+    which the caller then does itself. The child starts only on this process's go-ahead, so a server that takes
+    the request after this process gave up runs nothing. A child killed by a signal ends this process by the
+    same signal, and Ctrl-C here reaches the child, so the caller sees what a cold stage would give it."""
     if os.environ.get("GCL_WARM", "1") == "0" or not sys.platform.startswith("linux"):
         return None
     key = server_key()
@@ -92,15 +117,55 @@ def run_stage(script: str, argv: list[str]) -> int | None:
     if conn is None:
         return None
     request = {"key": key, "script": str(Path(script).resolve()), "argv": argv, "cwd": os.getcwd(),
-               "env": dict(os.environ), "client": os.getpid()}
+               "env": dict(os.environ), "umask": _umask(), "client": os.getpid()}
     try:
-        socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
-        reply = _read_line(conn)
-    except OSError:
+        conn.settimeout(ACK_TIMEOUT)
+        conn.sendall(json.dumps(request).encode() + b"\n")
+        ack = _read_line(conn)
+        if ack is None or "child" not in ack:   # a stale server (it shuts down) or a lost connection
+            conn.close()
+            return None
+        # the standard streams go with the go-ahead, never before: a server that never takes the request must not
+        # hold them (a caller reading this stage's output through a pipe would wait for it forever)
+        socket.send_fds(conn, [b"go\n"], [0, 1, 2])
+        conn.settimeout(None)
+    except OSError:                             # socket.timeout included: a stopped or stuck server
+        conn.close()
         return None
-    if reply is None or "status" not in reply:    # a stale server (it shuts down) or a lost connection
-        return None
-    return int(reply["status"])
+    status = _wait_status(conn, ack["child"])
+    if status is None:
+        sys.exit("error: the warm stage process was lost (its server ended); run the stage again, or with GCL_WARM=0")
+    if status < 0:            # killed by a signal: end this process the same way
+        _die_by(-status)
+    return status
+
+
+def _die_by(signum: int) -> None:
+    """End this process by signal `signum`, its default action restored (SIGKILL's cannot be changed)."""
+    if signum not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _wait_status(conn: socket.socket, child: int) -> int | None:
+    """The child's exit status; Ctrl-C here is passed on to the child (it is not in the terminal's process group)."""
+    while True:
+        try:
+            reply = _read_line(conn)
+            return None if reply is None or "status" not in reply else int(reply["status"])
+        except KeyboardInterrupt:
+            try:
+                os.kill(child, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+        except OSError:
+            return None
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _connect(path: Path) -> socket.socket | None:
@@ -157,6 +222,7 @@ def serve(key: str, path: Path) -> None:
     listener.bind(str(tmp))
     listener.listen(64)
     os.replace(tmp, path)        # published whole: a client connects to a server that is ready
+    mine = os.stat(path).st_ino
     children: dict[int, socket.socket] = {}
     idle_since = time.monotonic()
     try:
@@ -177,30 +243,57 @@ def serve(key: str, path: Path) -> None:
                     conn.close()
                     idle_since = time.monotonic()
     finally:
-        path.unlink(missing_ok=True)   # the next stage starts a new server
+        try:                      # the next stage starts a new server; a successor's socket is left alone
+            if os.stat(path).st_ino == mine:
+                path.unlink()
+        except OSError:
+            pass
         listener.close()
 
 
 def _fork_stage(key: str, conn: socket.socket, listener: socket.socket) -> int | None:
-    """Receive a stage and fork its child; None when the request is not for this server (its client then
-    runs the stage cold)."""
-    msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
-    request = json.loads(msg)
-    if request.get("key") != key or len(fds) != 3:
-        for fd in fds:
-            os.close(fd)
-        conn.sendall(b'{"stale": true}\n')
+    """Receive a stage and fork its child; None when the request is not for this server, or unreadable (its
+    client then runs the stage cold)."""
+    conn.settimeout(ACK_TIMEOUT)
+    try:
+        request = _read_line(conn)
+    except (OSError, ValueError):
+        request = None
+    if request is None or request.get("key") != key:
+        try:
+            conn.sendall(b'{"stale": true}\n')
+        except OSError:
+            pass
         conn.close()
         return None
     pid = os.fork()
     if pid:
-        for fd in fds:
-            os.close(fd)
+        try:
+            conn.sendall(json.dumps({"child": pid}).encode() + b"\n")
+        except OSError:
+            pass       # the client is gone: the child gets no go-ahead and runs nothing
         return pid
     listener.close()
+    fds = _go_ahead(conn)
+    if fds is None:
+        os._exit(125)            # the client gave up on this server (it runs the stage cold) or is gone
     conn.close()
     _run_child(request, fds)
     return None   # not reached
+
+
+def _go_ahead(conn: socket.socket) -> list[int] | None:
+    """In the child: the client's standard streams, sent with its confirmation (within ACK_TIMEOUT) that it still
+    wants the stage run here; None without it."""
+    try:
+        msg, fds, _, _ = socket.recv_fds(conn, 16, 3)
+    except OSError:
+        return None
+    if msg != b"go\n" or len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        return None
+    return fds
 
 
 def _run_child(request: dict, fds: list[int]) -> None:
@@ -211,6 +304,7 @@ def _run_child(request: dict, fds: list[int]) -> None:
             os.dup2(fd, target)
             os.close(fd)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.umask(request["umask"])
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -233,13 +327,15 @@ def _run_child(request: dict, fds: list[int]) -> None:
             while tb is not None and tb.tb_frame.f_code.co_filename != request["script"]:
                 tb = tb.tb_next       # from the script's own frame on, without runpy's and this module's
             traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
-            code = 1
+            code = -signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except (OSError, ValueError):
                 pass
+        if code < 0:     # Ctrl-C: end by SIGINT, as a cold Python does after a KeyboardInterrupt
+            _die_by(-code)
         os._exit(code)   # not the server's exit handlers
 
 
