@@ -1,0 +1,17 @@
+"""docs/extending.md names only files and names that exist."""
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_path_and_name_in_the_extending_guide_exists():
+    text = (ROOT / "docs" / "extending.md").read_text()
+    paths = {p for p in re.findall(r"`([\w./-]+\.(?:py|md|yaml|csv))`", text) if "<" not in p}
+    assert len(paths) >= 15
+    missing = sorted(p for p in paths if not (ROOT / p).exists())
+    assert not missing, missing
+    code = "".join(p.read_text() for p in (ROOT / "src" / "gcl").rglob("*.py"))
+    for name in ("DATA_FIELDS", "KINDS", "register_source", "extra_metrics", "state_attrs", "needs_boundaries",
+                 "uses_buffer", "reservoir", "offline", "summarise", "summary_frame", "TableSpec", "ReplaySettings"):
+        assert name in code, name
