@@ -165,13 +165,19 @@ class Plane(Backbone):
         return x.flatten(1)
 
 
-def test_nearest_mean_of_exemplars_is_the_nearest_normalised_mean():
-    m = make_method("icarl", net=Plane())
+def icarl_on_a_plane(**cfg):
+    """iCaRL on 2-d features (the input itself): exemplars (3,0), (1,0) of class 0 and (0,2), (1,1) of class 1."""
+    m = make_method("icarl", net=Plane(), **cfg)
     m.ctx.plain_transform = lambda x: x.float()
     m.ex_x = torch.tensor([[3.0, 0.0], [1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
     m.ex_y = torch.tensor([0, 0, 1, 1])
     m.seen_hi = 2
     m.net.eval()
+    return m
+
+
+def test_nearest_mean_of_exemplars_is_the_nearest_normalised_mean():
+    m = icarl_on_a_plane()
     # normalised exemplar features: class 0 (1,0),(1,0) -> mean (1,0); class 1 (0,1),(.707,.707) -> mean
     # (.354,.854), renormalised (.3827,.9239)
     x = torch.tensor([[5.0, 1.0], [1.0, 3.0]])
@@ -212,12 +218,7 @@ def test_icarl_distils_from_a_frozen_old_network():
 
 def test_raw_features_give_the_nearest_raw_mean():
     """`features: raw` (the reference framework): herding, class means and distances on unnormalised features."""
-    m = make_method("icarl", net=Plane(), features="raw")
-    m.ctx.plain_transform = lambda x: x.float()
-    m.ex_x = torch.tensor([[3.0, 0.0], [1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
-    m.ex_y = torch.tensor([0, 0, 1, 1])
-    m.seen_hi = 2
-    m.net.eval()
+    m = icarl_on_a_plane(features="raw")
     x = torch.tensor([[5.0, 1.0], [1.0, 3.0]])
     means = torch.tensor([[2.0, 0.0], [0.5, 1.5]])
     expected = -(x[:, None, :] - means[None]).pow(2).sum(2)

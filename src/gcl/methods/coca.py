@@ -204,14 +204,14 @@ class CoCa(Method):
         super().__init__(net, cfg, ctx)
         self.ckd, self.pt, self.scl = cfg["ckd"], cfg["pt"], cfg["scl"]
         self._per_role_forward = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in net.modules())
-        head_bn = self._per_role_forward if cfg["head_norm"] == "auto" else cfg["head_norm"] == "batchnorm"
-        self._heads_batchnorm = head_bn
+        norm = cfg["head_norm"]
+        self._heads_batchnorm = self._per_role_forward if norm == "auto" else norm == "batchnorm"
         feat_dim = net.feat_dim
         heads = nn.ModuleDict()
         if self.scl or (self.ckd and cfg["ckd_embedding"] == "projector"):
-            heads["projector"] = mlp_head(feat_dim, projection_dim(feat_dim), head_bn)
+            heads["projector"] = mlp_head(feat_dim, projection_dim(feat_dim), self._heads_batchnorm)
         if self.pt:
-            heads["pretext"] = mlp_head(feat_dim, n_pretext_classes(cfg["pretext"]), head_bn)
+            heads["pretext"] = mlp_head(feat_dim, n_pretext_classes(cfg["pretext"]), self._heads_batchnorm)
         # kept outside self.net, so evaluation (Method.predict -> self.net) cannot reach them
         self.heads = heads.to(ctx.device)
         self.params += list(heads.parameters())

@@ -61,8 +61,13 @@ def train_run(spec: dict, workers: int | str = 1, threads: int = 1, checkpoint_m
     "auto", gcl.training.devices.auto_workers), `threads` CPU threads each, a checkpoint at least every
     `checkpoint_minutes`; with `mps` "auto", NVIDIA's MPS is started when several processes share a GPU
     (none of these changes the numbers). One process at a time per run."""
-    with RunLock(PROGRESS_DIR / f"{spec['key']}.lock", spec["key"]):
+    with RunLock(run_lock_path(spec["key"]), spec["key"]):
         return _train_run(spec, workers, threads, checkpoint_minutes, mps)
+
+
+def run_lock_path(key: str) -> Path:
+    """The lock file that one trainer of run `key` holds."""
+    return PROGRESS_DIR / f"{key}.lock"
 
 
 def _seed(key: str, seed: int, train, *args, **kwargs) -> dict:
@@ -159,7 +164,7 @@ def sweep_finished_progress(runs: dict[str, dict]) -> list[str]:
     swept = []
     for key, run in runs.items():
         progress, metrics = PROGRESS_DIR / key, run_dir(run) / "metrics.json"
-        lock = PROGRESS_DIR / f"{key}.lock"
+        lock = run_lock_path(key)
         if not (progress.exists() or lock.exists()) or not metrics.exists():
             continue
         try:
@@ -189,4 +194,3 @@ def _earlier_result(done: Path, say) -> dict | None:
         say(f"{done} refused: it cannot be read ({type(exc).__name__}: {exc}); it is deleted and the seed trains again")
         done.unlink(missing_ok=True)
         return None
-
