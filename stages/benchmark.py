@@ -1,15 +1,16 @@
 """Stage benchmark@<name>: turn a prepared source into a benchmark on disk."""
-import sys
+from gcl.warm import warm_start
+warm_start()   # first: a warm process runs this script when one is available (gcl.warm)
 
-from gcl.warm import run_warm
+import sys  # noqa: E402
+
+from gcl.config import load_params, read_current, resolve_benchmark  # noqa: E402
+from gcl.core.layout import benchmark_file, resolved_benchmark, source_file  # noqa: E402
+from gcl.data.benchmarks import build_benchmark  # noqa: E402
+from gcl.data.sources import load_source  # noqa: E402
 
 
 def main() -> None:
-    from gcl.config import load_params, read_current, resolve_benchmark
-    from gcl.data.benchmarks import build_benchmark
-    from gcl.data.sources import load_source
-    from gcl.layout import benchmark_file, resolved_benchmark, source_file
-
     if len(sys.argv) != 2:
         sys.exit("usage: python stages/benchmark.py <benchmark>   (a key of benchmarks: in params.yaml)")
     name = sys.argv[1]
@@ -19,4 +20,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_warm(__file__, main)
+    main()

@@ -4,26 +4,22 @@ check@data resolves the sources and benchmarks (what prepare@ and benchmark@ rea
 every run and the report (what train@ and report read). Both depend on the whole params.yaml, so the
 file is validated on every `dvc repro` that follows an edit; the files they write change only where a
 setting changed, so only the stages that read a changed setting re-run. Each run's file also carries the
-digest of the code its train stage runs (gcl.layout.TRAIN_CODE): a code change re-runs every train stage.
+digest of the code its train stage runs (gcl.core.layout.TRAIN_CODE): a code change re-runs every train stage.
 """
-import sys
+from gcl.warm import warm_start
+warm_start()   # first: a warm process runs this script when one is available (gcl.warm)
 
-from gcl.warm import run_warm
+import sys  # noqa: E402
+
+from gcl.config import check_data, check_runs, load_params  # noqa: E402
+from gcl.core.atomic import write_json  # noqa: E402
+from gcl.core.fingerprint import train_code_digest  # noqa: E402
+from gcl.core.layout import resolved_benchmark, resolved_report, resolved_run, resolved_source  # noqa: E402
 
 USAGE = "usage: python stages/check.py data|runs"
 
 
 def main() -> None:
-    from gcl.atomic import write_json
-    from gcl.config import check_data, check_runs, load_params
-    from gcl.layout import (
-        resolved_benchmark,
-        resolved_report,
-        resolved_run,
-        resolved_source,
-    )
-    from gcl.training.fingerprint import train_code_digest
-
     if len(sys.argv) != 2 or sys.argv[1] not in ("data", "runs"):
         sys.exit(USAGE)
     params = load_params()
@@ -44,4 +40,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_warm(__file__, main)
+    main()

@@ -1,14 +1,15 @@
 """Stage prepare@<source>: fetch or read one raw data source and save it as tensors."""
-import sys
+from gcl.warm import warm_start
+warm_start()   # first: a warm process runs this script when one is available (gcl.warm)
 
-from gcl.warm import run_warm
+import sys  # noqa: E402
+
+from gcl.config import load_params, read_current, resolve_source  # noqa: E402
+from gcl.core.layout import resolved_source, source_file  # noqa: E402
+from gcl.data.sources import prepare_source  # noqa: E402
 
 
 def main() -> None:
-    from gcl.config import load_params, read_current, resolve_source
-    from gcl.data.sources import prepare_source
-    from gcl.layout import resolved_source, source_file
-
     if len(sys.argv) != 2:
         sys.exit("usage: python stages/prepare.py <source>   (a key of sources: in params.yaml)")
     name = sys.argv[1]
@@ -18,4 +19,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_warm(__file__, main)
+    main()

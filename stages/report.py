@@ -1,18 +1,20 @@
 """Stage report: the paper's tables with our numbers beside them, the headline, summary.csv, the metrics
 `dvc exp show` compares, plot data for `dvc plots`, figures. Warnings (stale run folders, skipped
 figures) are printed and listed at the top of results/tables.md."""
-from gcl.warm import run_warm
+from gcl.warm import warm_start
+warm_start()   # first: a warm process runs this script when one is available (gcl.warm)
+
+from gcl.config import load_params, read_current, resolve_profile, resolve_report  # noqa: E402
+from gcl.core.layout import resolved_report  # noqa: E402
+from gcl.report.tables import write_report  # noqa: E402
+from gcl.training.run import sweep_finished_progress  # noqa: E402
+
+PAPER = ["reference/paper_results.csv", "reference/der_paper_results.csv"]
 
 
 def main() -> None:
-    from gcl.config import load_params, read_current, resolve_report
-    from gcl.layout import resolved_report
-    from gcl.report import write_report
-    from gcl.training.run import sweep_finished_progress
-
     resolved = read_current(resolved_report(), resolve_report(load_params()), "report", "report")
-    warnings = write_report(resolved, "results",
-                            ["reference/paper_results.csv", "reference/der_paper_results.csv"])
+    warnings = write_report(resolved, "results", PAPER, resolve_profile=resolve_profile)
     print(f"report written to results/ ({len(warnings)} warning(s))")
     swept = sweep_finished_progress(resolved["runs"])    # left by runs DVC restored from its run cache
     if swept:
@@ -20,4 +22,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_warm(__file__, main)
+    main()

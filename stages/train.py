@@ -1,20 +1,19 @@
 """Stage train@<run>: every seed of one run; writes runs/<benchmark>/<method>/<buffer>/metrics.json.
 
 It refuses settings that check@runs resolved for other code than is there now, or before an edit of
-params.yaml (`dvc repro -s` skips check@runs): it trains on what params.yaml says, or not at all.
+params.yaml (`dvc repro -s` skips check@runs): it trains on what params.yaml says, or not at all."""
+from gcl.warm import warm_start
+warm_start()   # first: a warm process runs this script when one is available (gcl.warm)
 
-The work runs in a warm process when one is available (gcl.warm: no torch import per stage), else here."""
-import sys
+import sys  # noqa: E402
 
-from gcl.warm import run_warm
+from gcl.config import load_params, read_current, read_resolved, resolve_run, resolve_runtime  # noqa: E402
+from gcl.core.fingerprint import train_code_digest  # noqa: E402
+from gcl.core.layout import TRAIN_CODE, resolved_run  # noqa: E402
+from gcl.training.run import train_run  # noqa: E402
 
 
 def main() -> None:
-    from gcl.config import load_params, read_current, read_resolved, resolve_run, resolve_runtime
-    from gcl.layout import TRAIN_CODE, resolved_run
-    from gcl.training.fingerprint import train_code_digest
-    from gcl.training.run import train_run
-
     if len(sys.argv) != 2:
         sys.exit("usage: python stages/train.py <run>   (a key of runs: in params.yaml)")
     key = sys.argv[1]
@@ -28,4 +27,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_warm(__file__, main)
+    main()

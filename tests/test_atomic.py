@@ -5,7 +5,7 @@ import stat
 import pytest
 import torch
 
-from gcl.atomic import atomic_dir, atomic_path, save_tensors, write_json
+from gcl.core.atomic import atomic_dir, atomic_path, save_tensors, write_json
 
 
 def test_same_tensors_give_the_same_bytes(tmp_path):

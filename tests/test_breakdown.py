@@ -1,4 +1,4 @@
-"""benchmarks/breakdown.py: the phases of a `dvc repro` read from its time-stamped output."""
+"""tools/breakdown.py: the phases of a `dvc repro` read from its time-stamped output."""
 from __future__ import annotations
 
 import importlib.util
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-BREAKDOWN = Path(__file__).resolve().parents[1] / "benchmarks" / "breakdown.py"
+BREAKDOWN = Path(__file__).resolve().parents[1] / "tools" / "breakdown.py"
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 import numpy as np
 import torch
 
-from gcl.training.buffer import ReservoirBuffer, reservoir_slots
+from gcl.core.buffer import ReservoirBuffer, reservoir_slots
 
 
 def test_fills_in_order_until_capacity():

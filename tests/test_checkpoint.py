@@ -10,6 +10,7 @@ from gcl.data import sequential
 from gcl.methods import METHODS
 from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
 from gcl.training.progress import Progress
+from gcl.core.results import SeedResult
 from gcl.training.train import run_seed
 
 CPU = torch.device("cpu")
@@ -60,7 +61,7 @@ def stop_at(monkeypatch, cls, calls: int):
     monkeypatch.setattr(cls, "observe", observe)
 
 
-def interrupted_run(monkeypatch, tmp_path, bench, cfg, run, stop: int, every: float) -> tuple[dict, list[str]]:
+def interrupted_run(monkeypatch, tmp_path, bench, cfg, run, stop: int, every: float) -> tuple[SeedResult, list[str]]:
     """Stop the seed at stream step `stop`, then run it again from its checkpoint; returns the result and the
     progress lines."""
     ckpt = Checkpoint(tmp_path / "seed-0.ckpt", "fp", every)
@@ -76,7 +77,8 @@ def interrupted_run(monkeypatch, tmp_path, bench, cfg, run, stop: int, every: fl
     return result, lines
 
 
-def same_numbers(a: dict, b: dict) -> None:
+def same_numbers(a: SeedResult, b: SeedResult) -> None:
+    a, b = a.to_json(), b.to_json()
     assert set(a) == set(b)
     for key in a:
         if key not in TIMINGS:
@@ -89,7 +91,7 @@ def test_a_stopped_seed_resumes_to_the_same_numbers(name, seq, monkeypatch, tmp_
     bench, cfg = seq
     run = run_cfg(name)
     plain = run_seed(bench, cfg, run, 0, CPU)
-    steps = plain["steps"]
+    steps = plain.steps
     resumed, lines = interrupted_run(monkeypatch, tmp_path, bench, cfg, run, stop=steps // 2 + 2, every=0.0)
     same_numbers(plain, resumed)
     assert any(f"resumed from {tmp_path / 'seed-0.ckpt'} at step {steps // 2 + 2} of {steps}" in line
@@ -103,9 +105,9 @@ def test_resume_from_the_last_task_end(name, seq, monkeypatch, tmp_path):
     bench, cfg = seq
     run = run_cfg(name)
     plain = run_seed(bench, cfg, run, 0, CPU)
-    resumed, lines = interrupted_run(monkeypatch, tmp_path, bench, cfg, run, stop=plain["steps"] - 2, every=math.inf)
+    resumed, lines = interrupted_run(monkeypatch, tmp_path, bench, cfg, run, stop=plain.steps - 2, every=math.inf)
     same_numbers(plain, resumed)
-    task_end = plain["steps"] // 3
+    task_end = plain.steps // 3
     assert any(f"at step {2 * task_end} of" in line for line in lines)   # the end of task 2
 
 
@@ -115,9 +117,9 @@ def test_mnist360_resumes_to_the_same_numbers(name, tiny_mnist360, monkeypatch, 
     bench, cfg = tiny_mnist360
     run = {**run_cfg(name, buffer=50), "benchmark": "mnist-360"}
     plain = run_seed(bench, cfg, run, 0, CPU)
-    resumed, _ = interrupted_run(monkeypatch, tmp_path, bench, cfg, run, stop=plain["steps"] // 3, every=0.0)
+    resumed, _ = interrupted_run(monkeypatch, tmp_path, bench, cfg, run, stop=plain.steps // 3, every=0.0)
     same_numbers(plain, resumed)
-    assert plain["class_il"] > 100 / 9 * 1.5     # it learned: the comparison is not between two failures
+    assert plain.class_il > 100 / 9 * 1.5     # it learned: the comparison is not between two failures
 
 
 def test_a_checkpoint_of_other_settings_is_refused(seq, monkeypatch, tmp_path, capsys):

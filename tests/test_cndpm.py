@@ -15,7 +15,7 @@ from gcl.data import sequential
 from gcl.data.class_orders import CIFAR100_SUPERCLASS, CLASS_ORDERS
 from gcl.methods import METHODS, MethodContext
 from gcl.methods.cndpm import Adam, chilled_nll
-from gcl.training.backbones import MLP
+from gcl.core.backbones import MLP
 from gcl.training.train import run_seed
 
 CPU = torch.device("cpu")
@@ -228,16 +228,16 @@ def two_task_run(stm_capacity: int) -> dict:
 
 def test_runs_in_the_training_loop_on_a_sequential_benchmark():
     result = two_task_run(stm_capacity=50)
-    assert result["method_metrics"]["experts"] >= 1
-    assert 0.0 <= result["class_il"] <= 100.0 and result["task_il"] >= result["class_il"]
+    assert result.method_metrics["experts"] >= 1
+    assert 0.0 <= result.class_il <= 100.0 and result.task_il >= result.class_il
 
 
 def test_a_task_ends_before_the_first_expert_exists():
     """The first task (80 samples) ends before the STM (100) fills: the loop's checks and the evaluation
     run on a model with no trainable parameter yet."""
     result = two_task_run(stm_capacity=100)
-    assert result["method_metrics"]["experts"] >= 1
-    assert len(result["acc_matrix"]) == 2
+    assert result.method_metrics["experts"] >= 1
+    assert len(result.acc_matrix) == 2
 
 
 # --- sequential benchmark options -----------------------------------------------------------------

@@ -22,9 +22,9 @@ from gcl.methods.coca import (
     propagate,
     supcon_loss,
 )
-from gcl.settings import ParamsError, defaults
-from gcl.settings import validate as validate_settings
-from gcl.training.backbones import MLP, ResNet18
+from gcl.core.settings import ParamsError, defaults
+from gcl.core.settings import validate as validate_settings
+from gcl.core.backbones import MLP, ResNet18
 from gcl.training.train import run_seed, setup_seed
 
 N_CLASSES = 9
@@ -464,5 +464,5 @@ def test_table3_variants_train_through_run_seed_without_boundaries(monkeypatch):
         cfg = resolve_run(params, key)["run"]
         assert cfg["algorithm"] == "coca"
         result = run_seed(bench, bench_cfg, cfg, 0, torch.device("cpu"))
-        assert result["steps"] > 20 and 0.0 <= result["class_il"] <= 100.0
-        assert all(math.isfinite(v) for v in result["loss_curve"])
+        assert result.steps > 20 and 0.0 <= result.class_il <= 100.0
+        assert all(math.isfinite(v) for v in result.loss_curve)

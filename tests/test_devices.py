@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from gcl.training.devices import DeviceError, resolve_device, seed_devices
+from gcl.core.devices import DeviceError, resolve_device, seed_devices
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ class Props:
 
 
 def test_auto_workers_fill_each_gpu_by_its_memory_and_the_cores(two_gpus, monkeypatch):
-    from gcl.training import devices
+    from gcl.core import devices
     memory = {0: 80.0, 1: 10.0}                      # 20 and 2 processes' worth at 4 GiB each
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: Props(memory[i]))
     monkeypatch.setattr(devices, "available_cores", lambda: 16)
@@ -76,7 +76,7 @@ def test_auto_workers_fill_each_gpu_by_its_memory_and_the_cores(two_gpus, monkey
 
 def test_workers_auto_is_a_setting_and_a_bad_value_is_named(tmp_path):
     from gcl.config import TopLevel
-    from gcl.settings import ParamsError, validate
+    from gcl.core.settings import ParamsError, validate
     base = {"seeds": [0], "sources": {}, "benchmarks": {}, "methods": {}, "runs": {}}
     assert validate(TopLevel, {**base, "workers": "auto"}, "params.yaml").workers == "auto"
     assert validate(TopLevel, base, "params.yaml").mps == "auto"
@@ -97,7 +97,7 @@ def fake_control(tmp_path, monkeypatch, exit_code: int = 0):
 
 
 def test_mps_is_started_once_and_a_running_daemon_is_left_alone(tmp_path, monkeypatch):
-    from gcl.training.devices import start_mps
+    from gcl.core.devices import start_mps
     calls, said = fake_control(tmp_path, monkeypatch), []
     start_mps(said.append)
     assert calls.read_text() == "-d\n" and "started the control daemon" in said[-1]
@@ -108,7 +108,7 @@ def test_mps_is_started_once_and_a_running_daemon_is_left_alone(tmp_path, monkey
 
 
 def test_mps_that_cannot_start_or_is_absent_is_said_and_training_goes_on(tmp_path, monkeypatch):
-    from gcl.training.devices import start_mps
+    from gcl.core.devices import start_mps
     said = []
     fake_control(tmp_path, monkeypatch, exit_code=1)
     start_mps(said.append)

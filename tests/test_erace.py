@@ -44,4 +44,4 @@ def test_learns_without_task_boundaries(tiny_mnist360):
            **cls.Settings.model_validate({"lr": 0.1, "batch": 4, "replay_batch": 8}).model_dump()}
     sgd = run_seed(bench, cfg, {**run, "method": "sgd", "algorithm": "sgd", "buffer": "none"}, 0, CPU)
     result = run_seed(bench, cfg, run, 0, CPU)
-    assert result["class_il"] > sgd["class_il"] and result["class_il"] > 100 / 9
+    assert result.class_il > sgd.class_il and result.class_il > 100 / 9

@@ -15,12 +15,12 @@ import pytest
 import torch
 from helpers import synthetic_source
 
-from gcl.atomic import remove_stale_temporaries, save_tensors, write_json
+from gcl.core.atomic import remove_stale_temporaries, save_tensors, write_json
 from gcl.config import resolve_run
 from gcl.data import mnist360, sequential
-from gcl.processes import RunLock, RunLockedError
-from gcl.layout import TRAIN_CODE
-from gcl.training.fingerprint import fingerprint, tree_digest
+from gcl.core.processes import RunLock, RunLockedError
+from gcl.core.layout import TRAIN_CODE
+from gcl.core.fingerprint import fingerprint, tree_digest
 from gcl.training.run import PROGRESS_DIR, train_run
 from gcl.training.train import DivergenceError, run_seed
 

@@ -8,25 +8,27 @@ import pytest
 import torch
 
 from gcl.report import figures
-from gcl.atomic import write_json
-from gcl.config import MAX_LINES, ReportSettings
-from gcl.report import Display, write_report
-from gcl.settings import ParamsError, validate
+from gcl.core.atomic import write_json
+from gcl.core.results import RunResult
+from gcl.report.settings import MAX_LINES, ReportSettings
+from gcl.report.tables import Display, write_report
+from gcl.core.settings import ParamsError, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = [ROOT / "reference/paper_results.csv", ROOT / "reference/der_paper_results.csv"]
 
 
-def cell(method, buffer, curve=(10.0, 20.0, 30.0), confusion=((5, 0, 1), (0, 4, 0), (2, 0, 3)), acc_matrix=None):
-    return {"benchmark": "b", "method": method, "buffer": buffer,
-            "seeds": {"0": {"class_il": curve[-1], "curve": list(curve), "acc_matrix": acc_matrix,
-                            "confusion": [list(r) for r in confusion]}}}
+def cell(method, buffer, curve=(10.0, 20.0, 30.0), confusion=((5, 0, 1), (0, 4, 0), (2, 0, 3)), acc_matrix=None,
+         run=None):
+    run = {"benchmark": "b", "method": method, "buffer": buffer, **(run or {})}
+    return RunResult.from_json({"benchmark": "b", "method": method, "buffer": buffer, "config": {"run": run},
+                                "seeds": {"0": {"class_il": curve[-1], "curve": list(curve), "acc_matrix": acc_matrix,
+                                                "confusion": [list(r) for r in confusion]}}})
 
 
 def resolved_for(cells, has_tasks=False, report=None):
     return {"seeds": [0], "benchmarks": {"b": {"label": "B", "source": "s", "kind": "k", "has_tasks": has_tasks}},
-            "methods": {}, "runs": {f"{c['method']}-{c['buffer']}": {"benchmark": "b", "method": c["method"],
-                                                                      "buffer": c["buffer"]} for c in cells},
+            "methods": {}, "runs": {f"{c.method}-{c.buffer}": c.run for c in cells},
             "report": report or {}}
 
 
@@ -103,8 +105,8 @@ def test_a_figure_that_cannot_be_drawn_is_skipped_with_a_warning(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     cells = [cell("er", 200), cell("sgd", "none")]
     for c, feats in zip(cells, (torch.zeros(60, 8), torch.full((60, 8), float("nan")))):
-        write_json(Path("runs/b", c["method"], str(c["buffer"]), "metrics.json"), c)
-        figures_dir = Path("runs/b", c["method"], str(c["buffer"]))
+        write_json(Path("runs/b", c.method, str(c.buffer), "metrics.json"), c.to_json())
+        figures_dir = Path("runs/b", c.method, str(c.buffer))
         torch.save({"features": feats, "labels": torch.zeros(60, dtype=torch.long), "seed": 0},
                    figures_dir / "features.pt")
     resolved = resolved_for(cells, report={"figures": True, "visualise": {"benchmark": "b", "cells": ["er/200", "sgd/none"]}})
@@ -119,7 +121,7 @@ def test_a_figure_that_cannot_be_drawn_is_skipped_with_a_warning(tmp_path, monke
 def test_a_failing_figure_does_not_cost_the_report(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     c = cell("er", 200)
-    write_json(Path("runs/b/er/200/metrics.json"), c)
+    write_json(Path("runs/b/er/200/metrics.json"), c.to_json())
     monkeypatch.setattr(figures, "plot_curves", lambda *a, **k: (_ for _ in ()).throw(ValueError("boom")))
     warnings = write_report(resolved_for([c], report={"figures": True}), "results", PAPER)
     assert warnings == ["figure curves skipped: ValueError: boom"]
@@ -134,21 +136,20 @@ def test_a_panel_adding_nothing_at_a_buffer_is_left_out():
     assert [[(b, t, [m for m, _ in lines]) for b, t, lines in row] for row in layout] == [
         [("200", "main", ["sgd", "er", "coca"])],
         [("500", "main", ["sgd", "er", "coca"]), ("500", "sweep", ["coca", "coca-w05"])]]
-    assert layout[0][0][2][0][1]["buffer"] == "none"                  # SGD drawn from its bufferless run
+    assert layout[0][0][2][0][1].buffer == "none"                  # SGD drawn from its bufferless run
 
 
-def test_the_omega_sweep_marks_omega_one_as_undefined(tmp_path, monkeypatch):
-    """Figure 4's sweep ends at omega = 1, where the closed form has no value: the panel says so."""
+def test_a_sweeps_marks_are_drawn_as_dotted_lines_with_their_note(tmp_path, monkeypatch):
+    """Figure 4's omega sweep ends at omega = 1, where the closed form has no value: a mark says so."""
     runs = []
     for name, omega in (("coca", 0.1), ("coca-w09", 0.9)):
-        c = cell(name, 500)
-        c["config"] = {"run": {"omega": omega}}
-        runs.append(c)
-    settings = validate(ReportSettings, {"sensitivity": {"benchmark": "b", "buffer": 500,
-                                                         "omega": ["coca", "coca-w09"]}}, "report")
+        runs.append(cell(name, 500, run={"omega": omega}))
+    sweep = {"parameter": "omega", "methods": ["coca", "coca-w09"], "label": "ω",
+             "marks": [{"x": 1.0, "text": "ω = 1: undefined"}]}
+    settings = validate(ReportSettings, {"sensitivity": {"benchmark": "b", "buffer": 500, "sweeps": [sweep]}}, "report")
     drawn = {}
     monkeypatch.setattr(figures, "_save", lambda fig, path: drawn.setdefault("fig", fig) and path)
-    figures.plot_sensitivity({}, settings, runs, tmp_path / "s.png")
+    figures.plot_sensitivity(settings, runs, tmp_path / "s.png")
     ax = drawn["fig"].axes[0]
     assert any(list(line.get_xdata()) == [1.0, 1.0] for line in ax.get_lines())
     assert any("ω = 1: undefined" in t.get_text() for t in ax.texts)

@@ -1,4 +1,4 @@
-"""benchmarks/gridcost.py: a profile's device-hours projected from timed steps (a 2-method, 2-step profile on CPU)."""
+"""tools/gridcost.py: a profile's device-hours projected from timed steps (a 2-method, 2-step profile on CPU)."""
 from __future__ import annotations
 
 import importlib.util
@@ -11,7 +11,7 @@ import torch
 import yaml
 from image_fixtures import SEQ_BENCHMARK
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "tools"
 PER_CLASS, TEST_PER_CLASS = 12, 3
 
 

@@ -13,8 +13,8 @@ from gcl.methods import METHODS, MethodContext
 from gcl.methods.agem import project
 from gcl.methods.der import der_loss
 from gcl.methods.gss import GSSBuffer, gradient_cosines
-from gcl.settings import defaults
-from gcl.training.backbones import MLP
+from gcl.core.settings import defaults
+from gcl.core.backbones import MLP
 from gcl.training.train import run_seed
 
 CPU = torch.device("cpu")
@@ -294,7 +294,7 @@ def test_gss_factored_cosines_match_the_explicit_per_sample_gradients():
 
 
 def gss_on_resnet(channels_last: bool):
-    from gcl.training.backbones import build_backbone
+    from gcl.core.backbones import build_backbone
     torch.manual_seed(0)
     net = build_backbone("resnet18", (3, 8, 8), 10, channels_last=channels_last)
     ctx = MethodContext(device=CPU, n_classes=10, train_transform=to_unit_float,
@@ -351,11 +351,11 @@ def test_trains_end_to_end_without_task_boundaries(name, tiny_mnist360, monkeypa
     run_cfg = resolve_run(params, "r")["run"]
     result = run_seed(bench, bench_cfg, run_cfg, 0, CPU)
     method = seen["method"]
-    assert result["steps"] > 20 and 0.0 <= result["class_il"] <= 100.0
-    assert all(math.isfinite(v) for v in result["loss_curve"])
+    assert result.steps > 20 and 0.0 <= result.class_il <= 100.0
+    assert all(math.isfinite(v) for v in result.loss_curve)
     assert len(method.buffer) == 40
     assert set(method.buffer.get("labels")[0].tolist()) <= set(range(9))
-    assert result["class_il"] > 100.0 / 9   # above chance on the separable synthetic digits
+    assert result.class_il > 100.0 / 9   # above chance on the separable synthetic digits
 
 
 def test_params_validation_reads_each_methods_hyperparameters():

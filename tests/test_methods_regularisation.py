@@ -15,7 +15,7 @@ from gcl.methods import METHODS, MethodContext
 from gcl.methods.base import Method, TaskData, register
 from gcl.methods.lwf import lwf_distillation, lwf_loss
 from gcl.methods.oewc import diagonal_fisher
-from gcl.training.backbones import MLP
+from gcl.core.backbones import MLP
 from gcl.training.train import run_seed
 
 CPU = torch.device("cpu")
@@ -409,5 +409,5 @@ def test_each_method_learns_a_small_sequential_benchmark(name, extra):
     run = {"method": name, "algorithm": name, "buffer": "none", "lr": 0.1, "batch": 10,
            **METHODS[name].Settings(lr=0.1, batch=10, **extra).model_dump()}
     r = run_seed(bench, cfg, run, 0, CPU)
-    assert r["task_il"] > 85.0                      # chance: 50
-    assert len(r["acc_matrix"]) == 5 and r["class_il"] > 10.0
+    assert r.task_il > 85.0                      # chance: 50
+    assert len(r.acc_matrix) == 5 and r.class_il > 10.0

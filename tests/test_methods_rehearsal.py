@@ -18,7 +18,7 @@ from gcl.methods.fdr import function_distance
 from gcl.methods.gem import project
 from gcl.methods.hal import RingBuffer, optimise_anchors
 from gcl.methods.icarl import herding
-from gcl.training.backbones import MLP, Backbone
+from gcl.core.backbones import MLP, Backbone
 from gcl.training.train import run_seed
 
 CPU = torch.device("cpu")
@@ -440,6 +440,6 @@ def test_learns_a_small_sequential_benchmark(name, tiny_seq):
     assert cls.needs_boundaries and cls.uses_buffer
     sgd = _run(tiny_seq, "sgd", "none")
     r = _run(tiny_seq, name, 40, **SETTINGS[name])
-    assert len(r["acc_matrix"]) == 5 and all(math.isfinite(v) for v in r["loss_curve"])
-    assert r["class_il"] > sgd["class_il"] + 20 or r["task_il"] > 80
-    assert r["task_il"] > 80          # chance is 50
+    assert len(r.acc_matrix) == 5 and all(math.isfinite(v) for v in r.loss_curve)
+    assert r.class_il > sgd.class_il + 20 or r.task_il > 80
+    assert r.task_il > 80          # chance is 50

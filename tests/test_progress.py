@@ -39,18 +39,18 @@ def test_a_seed_prints_whole_lines_with_every_field(tiny_mnist360, tmp_path, cap
     assert lines == log.read_text().splitlines()       # the log holds exactly what was printed
     parsed = [LINE.match(line) for line in lines]
     assert all(parsed), [line for line, m in zip(lines, parsed) if not m]
-    assert len(lines) == result["steps"]                 # every=0: one line per step
+    assert len(lines) == result.steps                 # every=0: one line per step
     last = parsed[-1]
     assert last["run"] == "mnist-360-er-50" and last["seed"] == "3" and last["where"] == "segment 27/27"
-    assert int(last["step"]) == int(last["steps"]) == result["steps"] and int(last["rate"]) > 0
-    assert float(last["acc"]) == round(result["class_il"], 2)
+    assert int(last["step"]) == int(last["steps"]) == result.steps and int(last["rate"]) > 0
+    assert float(last["acc"]) == round(result.class_il, 2)
     assert parsed[0]["acc"] == "-"                      # nothing evaluated yet after the first step
 
 
 def test_a_run_writes_its_log_beside_its_results(tmp_path, monkeypatch):
     from helpers import synthetic_source
 
-    from gcl.atomic import save_tensors
+    from gcl.core.atomic import save_tensors
     from gcl.config import resolve_run
     from gcl.data import sequential
     from gcl.training.run import train_run
@@ -80,9 +80,9 @@ def test_progress_of_finished_runs_is_swept_unless_their_settings_changed_or_the
     """After a kill, `dvc repro` may restore a run's output from its run cache instead of training it: the
     report stage then deletes that run's progress folder and lock, but never one whose metrics.json holds
     other settings (it may hold progress towards the current ones) or one a process is training."""
-    from gcl.atomic import write_json
-    from gcl.layout import run_dir
-    from gcl.processes import RunLock
+    from gcl.core.atomic import write_json
+    from gcl.core.layout import run_dir
+    from gcl.core.processes import RunLock
     from gcl.training.run import PROGRESS_DIR, sweep_finished_progress
 
     monkeypatch.chdir(tmp_path)

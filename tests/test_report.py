@@ -7,8 +7,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gcl.atomic import write_json
-from gcl.report import ReportError, write_report
+from gcl.core.atomic import write_json
+from gcl.report.common import ReportError
+from gcl.report.tables import write_report
+from gcl.config import resolve_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = [ROOT / "reference/paper_results.csv", ROOT / "reference/der_paper_results.csv"]
@@ -18,7 +20,7 @@ ABLATION = ["coca-off", "coca-ckd", "coca-pt", "coca-scl", "coca-pt-scl", "coca-
 ENV = {"torch": "2.14.1", "device": "Some CPU", "threads": 1, "precision": "fp32"}
 
 
-def fake_run(benchmark, method, buffer, accs, task_il=None, acc_matrix=None, extra=None, env=ENV):
+def fake_run(benchmark, method, buffer, accs, task_il=None, acc_matrix=None, extra=None, env=ENV, run=None):
     seeds = {}
     for i, a in enumerate(accs):
         seeds[str(i)] = {"class_il": a, "task_il": task_il, "forgetting": 1.0, "train_seconds": 2.0,
@@ -26,14 +28,17 @@ def fake_run(benchmark, method, buffer, accs, task_il=None, acc_matrix=None, ext
                          "confusion": [[3, 1], [0, 2]], "environment": env,
                          **({"method_metrics": extra} if extra else {})}
     write_json(Path("runs", benchmark, method, str(buffer), "metrics.json"),
-               {"benchmark": benchmark, "method": method, "buffer": buffer, "device": "cpu", "seeds": seeds})
+               {"benchmark": benchmark, "method": method, "buffer": buffer, "device": "cpu", "seeds": seeds,
+                "config": {"run": run}})
 
 
-def add(resolved, benchmark, method, buffer, accs, algorithm=None, **kw):
-    resolved["runs"][f"{benchmark}-{method}-{buffer}"] = {"benchmark": benchmark, "method": method, "buffer": buffer,
-                                                          "algorithm": algorithm or method, "lr": 0.1}
+def add(resolved, benchmark, method, buffer, accs, algorithm=None, settings=None, **kw):
+    """A run of params.yaml (`settings`: its method settings besides lr) and its metrics.json."""
+    run = {"benchmark": benchmark, "method": method, "buffer": buffer, "algorithm": algorithm or method, "lr": 0.1,
+           **(settings or {})}
+    resolved["runs"][f"{benchmark}-{method}-{buffer}"] = run
     resolved["methods"].setdefault(method, {"algorithm": algorithm or method, "label": None, "paper_row": None})
-    fake_run(benchmark, method, buffer, accs, **kw)
+    fake_run(benchmark, method, buffer, accs, run=run, **kw)
 
 
 REPORT = {  # what a profile's report block says (here: the default profile's mappings, abridged)
@@ -331,14 +336,17 @@ def test_method_metrics_and_protocol_label(resolved):
 
 def test_sensitivity_figure_reads_the_swept_value_from_each_run(resolved):
     for name, omega, accs in (("coca-w05", 0.5, [61.0, 63.0]), ("coca-w09", 0.9, [58.0, 60.0])):
-        add(resolved, "mnist-360", name, 200, accs, algorithm="coca")
-        resolved["runs"][f"mnist-360-{name}-200"]["omega"] = omega
-    resolved["report"].update(figures=True, sensitivity={"benchmark": "mnist-360", "buffer": 200,
-                                                         "omega": ["coca-w05", "coca-w09"]})
+        add(resolved, "mnist-360", name, 200, accs, algorithm="coca", settings={"omega": omega})
+    sweep = {"parameter": "omega", "methods": ["coca-w05", "coca-w09"]}
+    resolved["report"].update(figures=True, sensitivity={"benchmark": "mnist-360", "buffer": 200, "sweeps": [sweep]})
     write_report(resolved, "results", PAPER)
     assert Path("results/figures/sensitivity.png").stat().st_size > 1000
-    resolved["report"]["sensitivity"]["omega"].append("coca-w01")
-    with pytest.raises(ReportError, match="coca-w01"):
+    sweep["methods"].append("coca-w01")
+    with pytest.raises(ReportError, match=r"sweeps\[0\]: no run mnist-360/coca-w01/200"):
+        write_report(resolved, "results", PAPER)
+    sweep["methods"].pop()
+    sweep["parameter"] = "zeta"
+    with pytest.raises(ReportError, match=r"sweeps\[0\].parameter: 'coca-w05' has no setting 'zeta'"):
         write_report(resolved, "results", PAPER)
 
 
@@ -379,7 +387,7 @@ def reproduction(folder: Path, drop_seed: int | None = None) -> Path:
 def test_a_committed_reproduction_comes_first_with_its_own_tables(resolved, tmp_path):
     reproduction(tmp_path / "reproductions" / "full")
     resolved["report"]["reproductions"] = ["reproductions/full"]
-    write_report(resolved, "results", PAPER)
+    write_report(resolved, "results", PAPER, resolve_profile=resolve_profile)
     text = tables_md()
     assert text.index("## Reproduction: MNIST-360 on full MNIST") < text.index("## This profile (params.yaml)")
     rep = section(text, "## Reproduction: MNIST-360 on full MNIST")
@@ -395,7 +403,7 @@ def test_a_half_copied_reproduction_is_refused(resolved, tmp_path):
     reproduction(tmp_path / "reproductions" / "full", drop_seed=1)
     resolved["report"]["reproductions"] = ["reproductions/full"]
     with pytest.raises(ReportError, match=r"reproductions/full/results/summary.csv does not hold the runs .*1 seed\(s\) missing"):
-        write_report(resolved, "results", PAPER)
+        write_report(resolved, "results", PAPER, resolve_profile=resolve_profile)
     resolved["report"]["reproductions"] = ["reproductions/none"]
     with pytest.raises(ReportError, match=r"reproductions/none/params.yaml is missing"):
-        write_report(resolved, "results", PAPER)
+        write_report(resolved, "results", PAPER, resolve_profile=resolve_profile)

@@ -1,11 +1,12 @@
-"""The report block is declared (gcl.config.ReportSettings) with sensible defaults, and check@runs hands the
+"""The report block is declared (gcl.report.settings.ReportSettings) with sensible defaults, and check@runs hands the
 report what it needs: each method's algorithm and whether a benchmark has tasks."""
 from pathlib import Path
 
 import pytest
 
-from gcl.config import ReportSettings, load_params, resolve_report
-from gcl.settings import ParamsError, validate
+from gcl.config import load_params, resolve_report
+from gcl.report.settings import ReportSettings
+from gcl.core.settings import ParamsError, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 

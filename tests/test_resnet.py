@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from gcl.training.backbones import BACKBONES, BasicBlock, ResNet18, build_backbone
+from gcl.core.backbones import BACKBONES, BasicBlock, ResNet18, build_backbone
 
 
 def test_registered_and_shaped_as_the_protocol_says():

@@ -4,7 +4,7 @@ import json
 import pytest
 from helpers import synthetic_source
 
-from gcl.atomic import save_tensors
+from gcl.core.atomic import save_tensors
 from gcl.config import resolve_run
 from gcl.data import mnist360
 from gcl.training.run import PROGRESS_DIR, train_run

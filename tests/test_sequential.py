@@ -126,14 +126,14 @@ def test_seq_cifar10_from_cifar_pickles_trains_and_scores_every_task(tmp_path, m
            "batch": 4, "replay_batch": 4}
     torch.set_num_threads(1)
     r = run_seed(bench, bench_cfg, run, 0, CPU)
-    assert r["steps"] == 5 and r["samples"] == 20
-    assert len(r["acc_matrix"]) == 5 and all(len(row) == 5 for row in r["acc_matrix"])
-    assert len(r["task_il_matrix"]) == 5
-    for cil_row, til_row in zip(r["acc_matrix"], r["task_il_matrix"]):
+    assert r.steps == 5 and r.samples == 20
+    assert len(r.acc_matrix) == 5 and all(len(row) == 5 for row in r.acc_matrix)
+    assert len(r.task_il_matrix) == 5
+    for cil_row, til_row in zip(r.acc_matrix, r.task_il_matrix):
         assert all(t >= c for c, t in zip(cil_row, til_row))              # masking can only help
-    assert r["task_il"] >= r["class_il"] and r["task_il"] is not None
-    assert isinstance(r["forgetting"], float)
-    assert r["class_il"] == pytest.approx(sum(r["acc_matrix"][-1]) / 5)
+    assert r.task_il >= r.class_il and r.task_il is not None
+    assert isinstance(r.forgetting, float)
+    assert r.class_il == pytest.approx(sum(r.acc_matrix[-1]) / 5)
 
 
 def test_both_kinds_hold_out_the_same_images_for_validation():

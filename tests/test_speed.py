@@ -1,4 +1,4 @@
-"""benchmarks/speed.py: every method's step beside the bare loop, and the one-cell timer (shrunken shapes)."""
+"""tools/speed.py: every method's step beside the bare loop, and the one-cell timer (shrunken shapes)."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,7 +15,7 @@ from image_fixtures import labelled_source as source
 from gcl.config import resolve_benchmark
 from gcl.data.benchmarks import build_benchmark
 
-SPEED = Path(__file__).resolve().parents[1] / "benchmarks" / "speed.py"
+SPEED = Path(__file__).resolve().parents[1] / "tools" / "speed.py"
 RUNS = {   # what the profile would say; small values, only the code path matters
     "er": {"replay_batch": 4}, "derpp": {"replay_batch": 4, "alpha": 0.3, "beta": 0.5},
     "gss": {"replay_batch": 4, "gss_minibatch": 4}, "lwf": {"alpha": 1.0}, "coca": {"replay_batch": 4},

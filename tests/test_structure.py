@@ -1,9 +1,22 @@
-"""The library's imports form no circle (every import counted, those inside functions too)."""
+"""The library's imports form no circle, and its folders are layers: each imports only the layers below it
+(every import counted, those inside functions too)."""
 import ast
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+
+# each folder (or top-level module) of gcl, and the parts of the library it may import besides itself
+LAYERS = {
+    "core": set(),
+    "data": {"core"},
+    "report": {"core"},
+    "methods": {"core", "data"},
+    "training": {"core", "data", "methods"},
+    "config": {"core", "data", "methods", "report"},
+    "describe": {"core", "data", "methods", "report", "config"},
+    "warm": {"core"},
+}
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -32,6 +45,11 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
+def layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None      # gcl itself: no layer
+
+
 def test_no_import_circle():
     graph = import_graph()
     assert len(graph) > 40 and graph["gcl.data.sources"] >= {"gcl.data.image_sources", "gcl.data.source_registry"}
@@ -40,3 +58,22 @@ def test_no_import_circle():
     except CycleError as exc:
         raise AssertionError(f"import circle: {' -> '.join(exc.args[1])}") from None
     assert order.index("gcl.data.source_registry") < order.index("gcl.data.image_sources")
+
+
+def test_every_import_points_down_the_layers():
+    graph = import_graph()
+    assert {layer(m) for m in graph} - {None} == set(LAYERS)      # every folder is placed
+    upward = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
+                    if layer(m) and layer(d) and layer(d) != layer(m) and layer(d) not in LAYERS[layer(m)])
+    assert not upward, upward
+    # the check itself would see one: a training module importing the report
+    assert "report" not in LAYERS["training"] and "training" not in LAYERS["methods"]
+
+
+def test_no_module_is_long_without_saying_why():
+    """~300 lines at most, unless its docstring says why it is longer."""
+    for f in (SRC / "gcl").rglob("*.py"):
+        lines = f.read_text().count("\n")
+        if lines > 320:
+            doc = ast.get_docstring(ast.parse(f.read_text())) or ""
+            assert "lines" in doc, f"{f.relative_to(SRC)}: {lines} lines and no reason at its top"

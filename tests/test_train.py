@@ -21,19 +21,19 @@ def test_same_seed_same_numbers(tiny_mnist360):
     a = run_seed(bench, cfg, er_cfg(), 0, CPU)
     b = run_seed(bench, cfg, er_cfg(), 0, CPU)
     c = run_seed(bench, cfg, er_cfg(), 1, CPU)
-    assert a["acc_matrix"] == b["acc_matrix"] and a["loss_curve"] == b["loss_curve"]
-    assert a["loss_curve"] != c["loss_curve"]
+    assert a.acc_matrix == b.acc_matrix and a.loss_curve == b.loss_curve
+    assert a.loss_curve != c.loss_curve
 
 
 def test_metrics_shape_on_mnist360(tiny_mnist360):
     bench, cfg = tiny_mnist360
     r = run_seed(bench, cfg, er_cfg(), 0, CPU)
-    assert len(r["acc_matrix"]) == 27 and all(len(row) == 9 for row in r["acc_matrix"])
-    assert r["task_il"] is None and r["task_il_matrix"] is None
-    assert 0.0 <= r["class_il"] <= 100.0 and r["class_il"] == r["curve"][-1]
-    assert 0 < r["samples"] <= sum(bench["class_sizes"])
-    assert r["train_seconds"] > 0 and r["samples_per_second"] > 0
-    assert len(r["loss_curve"]) == 27
+    assert len(r.acc_matrix) == 27 and all(len(row) == 9 for row in r.acc_matrix)
+    assert r.task_il is None and r.task_il_matrix is None
+    assert 0.0 <= r.class_il <= 100.0 and r.class_il == r.curve[-1]
+    assert 0 < r.samples <= sum(bench["class_sizes"])
+    assert r.train_seconds > 0 and r.samples_per_second > 0
+    assert len(r.loss_curve) == 27
 
 
 def test_a_seed_records_the_environment_it_was_computed_in(tiny_mnist360):
@@ -41,7 +41,7 @@ def test_a_seed_records_the_environment_it_was_computed_in(tiny_mnist360):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        env = run_seed(bench, cfg, er_cfg(), 0, CPU)["environment"]
+        env = run_seed(bench, cfg, er_cfg(), 0, CPU).environment
     finally:
         torch.set_num_threads(threads)
     assert env["torch"] == torch.__version__ and env["threads"] == 1 and env["precision"] == "fp32"
@@ -52,7 +52,7 @@ def test_er_learns_the_synthetic_digits(tiny_mnist360):
     bench, cfg = tiny_mnist360
     sgd = run_seed(bench, cfg, {**er_cfg(), "method": "sgd", "algorithm": "sgd", "buffer": "none"}, 0, CPU)
     er = run_seed(bench, cfg, er_cfg(buffer=100), 0, CPU)
-    assert er["class_il"] > sgd["class_il"]
+    assert er.class_il > sgd.class_il
 
 
 def test_general_continual_methods_are_never_told_boundaries(tiny_mnist360):
@@ -84,9 +84,9 @@ def test_general_continual_methods_are_never_told_boundaries(tiny_mnist360):
 def test_joint_is_evaluated_once_after_training_on_everything(tiny_mnist360):
     bench, cfg = tiny_mnist360
     r = run_seed(bench, cfg, {**er_cfg(), "method": "joint", "algorithm": "joint", "buffer": "none"}, 0, CPU)
-    assert len(r["acc_matrix"]) == 1 and r["forgetting"] is None
+    assert len(r.acc_matrix) == 1 and r.forgetting is None
     sgd = run_seed(bench, cfg, {**er_cfg(), "method": "sgd", "algorithm": "sgd", "buffer": "none"}, 0, CPU)
-    assert r["class_il"] > sgd["class_il"]
+    assert r.class_il > sgd.class_il
 
 
 def test_joint_sees_each_image_once_and_makes_its_own_epochs(monkeypatch):
@@ -107,7 +107,7 @@ def test_joint_sees_each_image_once_and_makes_its_own_epochs(monkeypatch):
                  0, CPU)
     assert sum(seen) == 200                      # the stream shown once, not once per epoch
     assert len(steps) == 3 * 200 // 10          # three epochs of its own over the 200 images
-    assert r["task_il"] is not None and len(r["acc_matrix"]) == 1
+    assert r.task_il is not None and len(r.acc_matrix) == 1
 
 
 @pytest.mark.parametrize("method", ["er", "coca", "gss"])
@@ -122,5 +122,5 @@ def test_a_bf16_run_learns(method, tiny_mnist360):
     fp32 = run_seed(bench, cfg, run, 0, CPU)
     bf16 = run_seed(bench, {**cfg, "bf16": True}, run, 0, CPU)
     chance = 100.0 / 9
-    assert fp32["class_il"] > 2.5 * chance and bf16["class_il"] > 2.5 * chance
-    assert abs(bf16["class_il"] - fp32["class_il"]) < 10
+    assert fp32.class_il > 2.5 * chance and bf16.class_il > 2.5 * chance
+    assert abs(bf16.class_il - fp32.class_il) < 10

@@ -1,4 +1,4 @@
-"""benchmarks/tune.py: a grid over a run's settings, scored on a held-out validation split."""
+"""tools/tune.py: a grid over a run's settings, scored on a held-out validation split."""
 from __future__ import annotations
 
 import importlib.util
@@ -10,9 +10,9 @@ import torch
 from image_fixtures import labelled_source as source
 from image_fixtures import write_er_params
 
-from gcl.atomic import save_tensors
+from gcl.core.atomic import save_tensors
 
-TUNE = Path(__file__).resolve().parents[1] / "benchmarks" / "tune.py"
+TUNE = Path(__file__).resolve().parents[1] / "tools" / "tune.py"
 
 
 @pytest.fixture

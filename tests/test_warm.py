@@ -14,8 +14,11 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="warm processes are Linux-only")
 
 SCRIPT = '''
+from gcl.warm import warm_start
+warm_start()
+
 import os, sys, time
-from gcl.warm import run_warm
+from gcl.core.errors import UserError
 
 def main():
     print("pid", os.getpid(), "parent", os.getppid(), "args", sys.argv[1:], "cwd", os.getcwd(),
@@ -26,6 +29,10 @@ def main():
         time.sleep(60)
     if sys.argv[1:] == ["message"]:
         sys.exit("a usage message")
+    if sys.argv[1:] == ["user-error"]:
+        raise UserError("bad setting: fix it")
+    if sys.argv[1:] == ["bug"]:
+        raise ValueError("a bug")
     if sys.argv[1:] == ["record"]:
         with open("ran.txt", "a") as f:
             f.write(f"{os.getpid()} {os.getppid()}\\n")
@@ -33,7 +40,7 @@ def main():
     sys.exit(int(sys.argv[1]) if sys.argv[1:] else 0)
 
 if __name__ == "__main__":
-    run_warm(__file__, main)
+    main()
 '''
 
 
@@ -69,10 +76,16 @@ def test_a_stage_runs_in_a_warm_child_as_it_would_cold(stage, tmp_path):
     assert cold.returncode == 0 and c["parent"] != a["parent"]   # switched off: in the client itself
 
 
-def test_exit_messages_and_errors_pass_through(stage):
+@pytest.mark.parametrize("warm", ["1", "0"])
+def test_exit_messages_and_errors_pass_through(stage, warm):
+    """Warm or cold, the same: a usage message, a user's error as one line, a bug with its traceback."""
     run, _, _ = stage
-    done, _ = run("message")
+    done, _ = run("message", GCL_WARM=warm)
     assert done.returncode == 1 and done.stderr.strip().endswith("a usage message")
+    done, _ = run("user-error", GCL_WARM=warm)
+    assert done.returncode == 1 and done.stderr == "to stderr\nerror: bad setting: fix it\n"
+    done, _ = run("bug", GCL_WARM=warm)
+    assert done.returncode == 1 and "Traceback" in done.stderr and done.stderr.strip().endswith("ValueError: a bug")
 
 
 def test_other_import_time_settings_get_a_server_of_their_own(stage):
@@ -145,7 +158,6 @@ def test_a_stopped_server_is_given_up_on_and_then_runs_nothing(stage, tmp_path):
 
 def test_an_exiting_server_leaves_its_successors_socket(stage, tmp_path):
     import socket as sockets
-    from gcl.warm import server_key, socket_path
     run, _, env = stage
     _, info = run("0", GCL_WARM_KEEP_ALIVE="2")
     code = "import gcl.warm as w; print(w.socket_path(w.server_key()))"
@@ -192,3 +204,40 @@ def test_a_killed_or_interrupted_warm_stage_ends_as_a_cold_one_would(stage, tmp_
     if how == "ctrl-c":     # the stage's own traceback, as a cold stage prints it; none from the waiting client
         assert err.rstrip().endswith("KeyboardInterrupt") and "time.sleep(60)" in err, err
         assert "run_stage" not in err and "_read_line" not in err, err
+
+
+OWNER = """
+import subprocess, sys
+from pathlib import Path
+done = subprocess.run(COMMAND, shell=SHELL, capture_output=True, text=True)
+fields = done.stdout.split()
+server = dict(zip(fields[::2], fields[1::2]))["parent"]
+# while this process lives, its stage's server lives on: it is a warm server
+print(server, "gcl.warm" in Path(f"/proc/{server}/cmdline").read_text())
+"""
+
+
+@pytest.mark.parametrize("through_shell", [False, True])
+def test_the_server_ends_with_the_process_its_stages_came_from(stage, tmp_path, through_shell):
+    """What `dvc repro` starts ends with it: the server exits once the stages' owner (here a Python process that
+    runs one stage, as DVC does, directly or through `sh -c`) has ended, long before its idle time (20 s)."""
+    _, script, env = stage
+    command = f"{sys.executable} {script} 0"
+    code = OWNER.replace("COMMAND", repr(command if through_shell else command.split())).replace(
+        "SHELL", str(through_shell))
+    owner = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=120)
+    server, warm = owner.stdout.split()
+    assert warm == "True", owner.stderr
+    deadline = time.monotonic() + 5
+    while alive(int(server)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(int(server))
+
+
+def alive(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    try:
+        return "zombie" not in status.read_text()
+    except OSError:
+        return False

@@ -1,6 +1,6 @@
 """params.yaml: validation before any work, and the resolved settings each stage reads.
 
-Every block is checked against its declaration (gcl.settings): the top level here, a source's in
+Every block is checked against its declaration (gcl.core.settings): the top level here, a source's in
 gcl.data.sources, a benchmark kind's in gcl.data.benchmarks, a method's in its own module. The
 `check@data` stage resolves the sources and benchmarks, `check@runs` the runs and the report; each
 writes one small JSON file per entry under resolved/, and every other stage depends on its own file
@@ -16,9 +16,10 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import AfterValidator, Field, field_validator
 
-from gcl.layout import run_dir
-from gcl.settings import ParamsError, Settings, validate
-from gcl.training.devices import DEVICE_PATTERN
+from gcl.core.layout import run_dir
+from gcl.core.settings import ParamsError, Settings, validate
+from gcl.core.devices import DEVICE_PATTERN
+from gcl.report.settings import ReportSettings
 
 RUN_KEYS = ("benchmark", "method", "buffer", "epochs", "seeds")   # a run's own keys; the rest are method settings
 
@@ -66,100 +67,6 @@ class RunSeeds(Settings):
     """A run's own seeds, overriding the top level's (e.g. CN-DPM's 10 runs)."""
 
     seeds: Seeds = Field(description="seeds this run is repeated over (distinct, >= 0)")
-
-
-class Visualise(Settings):
-    benchmark: str = Field(description="the benchmark whose runs are drawn")
-    cells: list[str] = Field(min_length=1, description="'method/buffer' of runs on that benchmark")
-
-
-class Sensitivity(Settings):
-    benchmark: str = Field(description="the benchmark of the sweep")
-    buffer: int = Field(gt=0, description="the buffer of the sweep")
-    omega: list[str] = Field([], description="methods (CoCa configurations) whose runs sweep omega")
-    gamma: list[str] = Field([], description="methods (CoCa configurations) whose runs sweep gamma")
-
-
-class BenchmarkDisplay(Settings):
-    """How the report names one benchmark (a key of `benchmarks:`)."""
-
-    label: str = Field("", description="the benchmark's caption under the tables (default: its source)")
-
-
-class Note(Settings):
-    text: str = Field(min_length=1, description="a footnote printed under the tables where the row appears")
-    benchmarks: list[str] | None = Field(None, description="the benchmarks where the note is true (default: all)")
-
-
-class MethodDisplay(Settings):
-    """How the report shows one named method (a key of `methods:`). Entries for methods without runs are
-    ignored, so a profile may describe a method before its runs exist."""
-
-    label: str | None = Field(None, description="the row's name (default: the method's registered label, else its key)")
-    paper_row: str | None = Field(None, description="the paper's row it sits beside, '-' for none "
-                                                     "(default: registered paper_row, else its algorithm)")
-    paper_table: str | None = Field(None, description="reference table to read that row from, e.g. der_paper "
-                                                       "(default: the table at hand)")
-    notes: list[Note] = Field([], description="footnotes on this row's paper column")
-
-
-class TableSpec(Settings):
-    """One of the paper's tables: a row per method, per benchmark and buffer our mean ± std and the paper's number."""
-
-    title: str = Field(min_length=1, description="heading, e.g. 'Table 1: Class-IL accuracy'")
-    text: str = Field("", description="a paragraph under the heading")
-    metric: Literal["class_il", "task_il"] = Field("class_il", description="which accuracy the table shows")
-    paper_table: str = Field(min_length=1, description="the `table` column of reference/*.csv it is compared with")
-    benchmarks: list[str] | None = Field(None, description="its benchmarks; written only when all have runs "
-                                                           "(default: every benchmark whose runs report the metric)")
-    rows: list[str] | None = Field(None, description="its methods in order; written on a benchmark where two have runs "
-                                                     "(default: every method with runs, in report.order)")
-    exclude: list[str] = Field([], description="methods left out of the default rows")
-    labels: dict[str, str] = Field({}, description="row names in this table only (default: the method's label)")
-    stand_in: dict[str, str] = Field({}, description="row method -> method shown in its place on a benchmark "
-                                                     "where the row's method did not run")
-
-
-class Headline(Settings):
-    method: str = Field("coca", description="the method the headline compares with the best baseline")
-    exclude: list[str] = Field(["joint"], description="never the best baseline (besides variants of `method`)")
-    paper_table: str = Field("table1_gcl", description="reference table of the headline's Class-IL paper numbers")
-    task_paper_table: str = Field("table2_task_il", description="reference table of its Task-IL paper numbers")
-
-
-MAX_LINES = 8   # lines per curve panel; more are unreadable
-
-
-class Curves(Settings):
-    groups: dict[str, list[str]] = Field({}, description="panel title -> methods drawn together (at most "
-                                                         f"{MAX_LINES}); others fill panels of {MAX_LINES} in row order")
-
-    @field_validator("groups")
-    @classmethod
-    def _small(cls, groups: dict[str, list[str]]) -> dict[str, list[str]]:
-        big = {k: len(v) for k, v in groups.items() if len(v) > MAX_LINES}
-        if big:
-            raise ValueError(f"at most {MAX_LINES} methods per panel, got {big}")
-        return groups
-
-
-def _default_tables() -> list[TableSpec]:
-    return [TableSpec(title="Table 1: Class-IL / general continual accuracy", metric="class_il", paper_table="table1_gcl"),
-            TableSpec(title="Table 2: Task-IL accuracy", metric="task_il", paper_table="table2_task_il")]
-
-
-class ReportSettings(Settings):
-    figures: bool = Field(True, description="draw the PNG figures")
-    visualise: Visualise | None = Field(None, description="t-SNE and confusion matrices of these runs, first seed")
-    sensitivity: Sensitivity | None = Field(None, description="Figure 4: Class-IL against omega and gamma")
-    benchmarks: dict[str, BenchmarkDisplay] = Field({}, description="how the report names each benchmark (its caption)")
-    order: list[str] = Field([], description="row order of the tables; methods not named follow in `methods:` order")
-    methods: dict[str, MethodDisplay] = Field({}, description="how the report shows each method (labels, paper rows, notes)")
-    tables: list[TableSpec] = Field(default_factory=_default_tables, description="the tables, in order")
-    headline: Headline = Field(default_factory=Headline, description="the top of tables.md and results/metrics.json")
-    curves: Curves = Field(default_factory=Curves, description="how the accuracy curves are grouped into panels")
-    reproductions: list[str] = Field([], description="folders holding another profile's committed results (its "
-                                                     "params.yaml and results/summary.csv), shown first in tables.md")
 
 
 def load_params(path: str | Path = "params.yaml") -> dict:
@@ -362,6 +269,11 @@ def resolve_report(params: dict, runs: dict[str, dict] | None = None) -> dict:
                               f"use 'method/buffer' of a run on that benchmark")
     return {"seeds": params["seeds"], "benchmarks": benchmarks, "methods": methods, "runs": runs,
             "report": report.model_dump()}
+
+
+def resolve_profile(params_path: Path) -> dict:
+    """Another profile's params.yaml, resolved as the report reads it (report.reproductions)."""
+    return resolve_report(load_params(params_path))
 
 
 def check_runs(params: dict) -> dict:

@@ -1,4 +1,4 @@
-"""The settings reference, generated from the declarations (gcl.settings).
+"""The settings reference, generated from the declarations (gcl.core.settings).
 
     python -m gcl.describe                  every method, benchmark kind and source, as Markdown
     python -m gcl.describe coca             one of them
@@ -14,11 +14,12 @@ import sys
 
 from tabulate import tabulate
 
-from gcl.settings import defaults_table
+from gcl.core.settings import defaults_table
 
 
 def _registries():
-    from gcl.config import ReportSettings, TopLevel
+    from gcl.config import TopLevel
+    from gcl.report.settings import ReportSettings
     from gcl.data.benchmarks import KINDS
     from gcl.data.sources import SOURCES
     from gcl.methods import METHODS

@@ -9,12 +9,24 @@ server never runs a torch operation or any stage code itself, and it serves only
 import path, import-time environment and library code (every byte of src/gcl) are the ones it was started
 with, and whose process context (CPU affinity, priority, resource limits, cgroup: what a fork inherits from
 the server, not from the stage) is the server's; anything else gets a server of its own, started on first
-use. A server exits after `KEEP_ALIVE` seconds without a stage, and removes only its own socket. A stage
+use. A server exits as soon as the processes its stages belong to (`dvc repro`, say) have all ended, or after
+`KEEP_ALIVE` seconds without a stage, and removes only its own socket: nothing stays behind a finished `dvc
+repro`. What it imports is what the stage scripts beside the first one it serves import at their top. A stage
 waits at most `ACK_TIMEOUT` seconds for a server to take it, then runs cold; the child runs only on the
 stage's go-ahead, so a server that wakes up after its client gave up runs nothing. If the client (the stage
 process DVC started) dies, its child ends too, and the child's worker processes with it; a child killed by
 a signal ends its client by the same signal, and Ctrl-C reaches the child. GCL_WARM=0, or any failure to
 reach a server, runs the stage cold.
+
+A stage script is a plain script that calls `warm_start()` first, before its imports:
+
+    from gcl.warm import warm_start
+    warm_start()   # a warm process runs this script when one is available (gcl.warm)
+
+    import ...     # the script's imports, then its code, as in any script
+
+Longer than ~300 lines because the client and the server speak one small protocol (request, ack, go-ahead
+with the streams, exit status) and are kept side by side.
 """
 from __future__ import annotations
 
@@ -33,12 +45,12 @@ import time
 import traceback
 from pathlib import Path
 
-from gcl.training.fingerprint import LIBRARY, library_digest
+from gcl.core.fingerprint import LIBRARY, library_digest
 
 KEEP_ALIVE = float(os.environ.get("GCL_WARM_KEEP_ALIVE", "30"))   # seconds a server waits for a stage
 START_TIMEOUT = 60.0
 ACK_TIMEOUT = float(os.environ.get("GCL_WARM_ACK_TIMEOUT", "10"))   # seconds a stage waits to be taken, then runs cold
-PRELOAD = ("torch", "gcl.config", "gcl.training.run", "gcl.data.sources", "gcl.report")   # what the stages import
+SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "fish"}   # a stage's parent that only runs its command line
 # environment variables read while torch and the library are imported: a server serves only stages that agree
 IMPORT_TIME_ENV = ("OMP_", "MKL_", "OPENBLAS_", "TORCH_", "PYTORCH_", "CUDA_", "LD_", "PYTHON")
 
@@ -76,31 +88,40 @@ def socket_path(key: str) -> Path:
 CHILD_FLAG = "GCL_WARM_CHILD"
 
 
-def run_warm(script: str, main) -> None:
-    """A stage script's entry: run `main` in a warm child (this process only relays), or here when warm
-    processes are off or unavailable, or when this already is the warm child."""
-    from gcl.processes import die_with_parent
+def warm_start() -> None:
+    """A stage script's first call: hand the script over to a warm child (this process then only relays, and
+    exits with the child's status), or return when warm processes are off or unavailable, or when this already
+    is the warm child, and the script runs here. Either way an error the user can fix ends the stage as one
+    line (gcl.core.errors.error_line), any other keeps its traceback."""
+    from gcl.core.processes import die_with_parent
     die_with_parent()   # a killed `dvc repro` must not leave this stage (and so its child) running
+    sys.excepthook = _one_line_errors
     if os.environ.get(CHILD_FLAG) != "1":
+        script = sys.modules["__main__"].__file__
         status = run_stage(script, sys.argv[1:])
         if status is not None:
             sys.exit(status)
-    run_main(main)
 
 
-def run_main(main) -> None:
-    """`main`, with an error the user can fix (gcl.errors.UserError, or a file-system error with a known fix)
-    printed as one line; any other exception keeps its traceback."""
-    from gcl.errors import UserError, file_system_error
+def _one_line_errors(kind, exc, tb) -> None:
+    from gcl.core.errors import error_line
+    line = error_line(exc)
+    if line is None:
+        sys.__excepthook__(kind, exc, tb)
+    else:
+        print(f"error: {line}", file=sys.stderr)
+
+
+def _owner() -> int:
+    """The process this stage belongs to (DVC, or whoever started the stage), seen through a shell that only runs
+    the stage's command line: the server lives no longer than the owners of its stages."""
+    parent = os.getppid()
     try:
-        main()
-    except UserError as exc:
-        sys.exit(f"error: {exc}")
-    except OSError as exc:
-        line = file_system_error(exc)
-        if line is None:
-            raise
-        sys.exit(f"error: {line}")
+        if Path(f"/proc/{parent}/comm").read_text().strip() in SHELLS:
+            return int(Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return parent
 
 
 def run_stage(script: str, argv: list[str]) -> int | None:
@@ -113,11 +134,11 @@ def run_stage(script: str, argv: list[str]) -> int | None:
         return None
     key = server_key()
     path = socket_path(key)
-    conn = _connect(path) or _start_server(key, path)
+    conn = _connect(path) or _start_server(key, path, script)
     if conn is None:
         return None
     request = {"key": key, "script": str(Path(script).resolve()), "argv": argv, "cwd": os.getcwd(),
-               "env": dict(os.environ), "umask": _umask(), "client": os.getpid()}
+               "env": dict(os.environ), "umask": _umask(), "client": os.getpid(), "owner": _owner()}
     try:
         conn.settimeout(ACK_TIMEOUT)
         conn.sendall(json.dumps(request).encode() + b"\n")
@@ -178,18 +199,20 @@ def _connect(path: Path) -> socket.socket | None:
         return None
 
 
-def _start_server(key: str, path: Path) -> socket.socket | None:
-    """Start a server for `key` (one at a time: a lock beside the socket) and connect to it."""
+def _start_server(key: str, path: Path, script: str) -> socket.socket | None:
+    """Start a server for `key` (one at a time: a lock beside the socket) and connect to it; it imports what the
+    stage scripts in `script`'s folder import."""
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         conn = _connect(path)       # another stage started it while this one waited
         if conn is not None:
             return conn
         with open(path.with_suffix(".log"), "ab") as log:
-            subprocess.Popen([sys.executable, "-m", "gcl.warm", key, str(path)], stdin=subprocess.DEVNULL,
-                             stdout=log, stderr=log, cwd="/", start_new_session=True)
+            server = subprocess.Popen([sys.executable, "-m", "gcl.warm", key, str(path), str(Path(script).parent)],
+                                      stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/",
+                                      start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and server.poll() is None:   # a server that failed to start: cold
             conn = _connect(path)
             if conn is not None:
                 return conn
@@ -210,10 +233,24 @@ def _read_line(conn: socket.socket) -> dict | None:
 # ---------------------------------------------------------------------------- server
 
 
-def serve(key: str, path: Path) -> None:
-    """Import once, then fork a child per stage until KEEP_ALIVE seconds pass with none."""
+def stage_imports(stages: Path) -> list[str]:
+    """The modules the stage scripts in `stages` import at their top level (what a server imports once)."""
+    import ast
+    names = []
+    for script in sorted(stages.glob("*.py")):
+        for node in ast.parse(script.read_text()).body:
+            if isinstance(node, ast.Import):
+                names += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.append(node.module)
+    return [n for n in dict.fromkeys(names) if n != __name__ and n != "gcl.warm"]
+
+
+def serve(key: str, path: Path, stages: Path) -> None:
+    """Import what the stages import, then fork a child per stage until the owners of the stages served so far
+    have all ended, or KEEP_ALIVE seconds pass with no stage."""
     import importlib
-    for name in PRELOAD:
+    for name in stage_imports(stages):
         importlib.import_module(name)
     if server_key() != key:      # the code changed while this server started: serve nothing
         return
@@ -224,14 +261,22 @@ def serve(key: str, path: Path) -> None:
     os.replace(tmp, path)        # published whole: a client connects to a server that is ready
     mine = os.stat(path).st_ino
     children: dict[int, socket.socket] = {}
+    owners: dict[int, int] = {}  # pidfd -> pid of a process that stages came from, while it lives
+    served = False
     idle_since = time.monotonic()
     try:
-        while children or time.monotonic() - idle_since < KEEP_ALIVE:
-            if select.select([listener], [], [], 0.1)[0]:
+        while children or (time.monotonic() - idle_since < KEEP_ALIVE and (owners or not served)):
+            for fd in select.select([listener, *owners], [], [], 0.1)[0]:
+                if fd in owners:         # an owner ended
+                    del owners[fd]
+                    os.close(fd)
+                    continue
                 conn, _ = listener.accept()
-                pid = _fork_stage(key, conn, listener)
+                pid, owner = _fork_stage(key, conn, listener)
                 if pid is not None:
                     children[pid] = conn
+                    served = True
+                    _watch_owner(owner, owners)
             for pid in list(children):
                 done, status = os.waitpid(pid, os.WNOHANG)
                 if done:
@@ -251,9 +296,18 @@ def serve(key: str, path: Path) -> None:
         listener.close()
 
 
-def _fork_stage(key: str, conn: socket.socket, listener: socket.socket) -> int | None:
-    """Receive a stage and fork its child; None when the request is not for this server, or unreadable (its
-    client then runs the stage cold)."""
+def _watch_owner(owner: int | None, owners: dict[int, int]) -> None:
+    if owner is None or owner in owners.values():
+        return
+    try:
+        owners[os.pidfd_open(owner)] = owner
+    except (OSError, AttributeError):
+        pass                      # already gone (or no pidfd here): KEEP_ALIVE alone ends the server
+
+
+def _fork_stage(key: str, conn: socket.socket, listener: socket.socket) -> tuple[int | None, int | None]:
+    """Receive a stage and fork its child: (child, the stage's owner); (None, None) when the request is not for
+    this server, or unreadable (its client then runs the stage cold)."""
     conn.settimeout(ACK_TIMEOUT)
     try:
         request = _read_line(conn)
@@ -265,21 +319,21 @@ def _fork_stage(key: str, conn: socket.socket, listener: socket.socket) -> int |
         except OSError:
             pass
         conn.close()
-        return None
+        return None, None
     pid = os.fork()
     if pid:
         try:
             conn.sendall(json.dumps({"child": pid}).encode() + b"\n")
         except OSError:
             pass       # the client is gone: the child gets no go-ahead and runs nothing
-        return pid
+        return pid, request.get("owner")
     listener.close()
     fds = _go_ahead(conn)
     if fds is None:
         os._exit(125)            # the client gave up on this server (it runs the stage cold) or is gone
     conn.close()
     _run_child(request, fds)
-    return None   # not reached
+    return None, None   # not reached
 
 
 def _go_ahead(conn: socket.socket) -> list[int] | None:
@@ -323,10 +377,15 @@ def _run_child(request: dict, fds: list[int]) -> None:
                 print(exc.code, file=sys.stderr)
                 code = 1
         except BaseException as exc:  # noqa: BLE001  (the stage's own error, shown as a cold start shows it)
-            tb = exc.__traceback__
-            while tb is not None and tb.tb_frame.f_code.co_filename != request["script"]:
-                tb = tb.tb_next       # from the script's own frame on, without runpy's and this module's
-            traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
+            from gcl.core.errors import error_line
+            line = error_line(exc)
+            if line is not None:      # as warm_start's hook prints it in a cold stage
+                print(f"error: {line}", file=sys.stderr)
+            else:
+                tb = exc.__traceback__
+                while tb is not None and tb.tb_frame.f_code.co_filename != request["script"]:
+                    tb = tb.tb_next   # from the script's own frame on, without runpy's and this module's
+                traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
             code = -signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1
     finally:
         for stream in (sys.stdout, sys.stderr):
@@ -354,4 +413,4 @@ def _end_with(client: int) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], Path(sys.argv[2]))
+    serve(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]))

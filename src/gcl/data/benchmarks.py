@@ -9,14 +9,14 @@ from typing import Literal, TypedDict
 import torch
 from pydantic import Field
 
-from gcl.atomic import save_tensors
+from gcl.core.atomic import save_tensors
 from gcl.data import mnist360, sequential
 from gcl.data.class_orders import CLASS_ORDERS
 from gcl.data.stream import Stream
 from gcl.data.transforms import to_unit_float
-from gcl.errors import UserError
-from gcl.settings import Settings
-from gcl.training.backbones import BACKBONES
+from gcl.core.errors import UserError
+from gcl.core.settings import Settings
+from gcl.core.backbones import BACKBONES
 
 Backbone = Literal[tuple(BACKBONES)]
 

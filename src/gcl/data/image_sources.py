@@ -13,6 +13,9 @@ Settings (under `sources.<name>` in params.yaml), all optional:
     download_dir: <dir>   where archives are kept and extracted (default data/downloads, outside DVC)
 Each source also records its dataset's normalisation constants (docs/protocol.md), so that a
 benchmark built from it normalises with the right mean and std.
+
+Longer than ~300 lines because three datasets' readers, in three on-disk formats, share one download,
+checksum and extraction path here.
 """
 from __future__ import annotations
 

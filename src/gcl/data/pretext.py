@@ -31,7 +31,7 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-from gcl.training.buffer import to_device
+from gcl.core.buffer import to_device
 
 N_ROTATIONS = 4
 # (width fraction, height fraction) of each centred crop, in the input's normalised coordinates

@@ -22,7 +22,7 @@ from gcl.data.augment import Normalize, TrainAugment
 from gcl.data.class_orders import CLASS_ORDERS
 from gcl.data.split import split_per_class
 from gcl.data.stream import Stream
-from gcl.errors import UserError
+from gcl.core.errors import UserError
 
 CROP_PADDING = 4
 

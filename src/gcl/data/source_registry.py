@@ -7,8 +7,8 @@ from pathlib import Path
 
 from pydantic import Field
 
-from gcl.errors import UserError
-from gcl.settings import Settings
+from gcl.core.errors import UserError
+from gcl.core.settings import Settings
 
 
 class SourceError(UserError, RuntimeError):

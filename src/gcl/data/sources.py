@@ -12,11 +12,11 @@ from pathlib import Path
 
 import torch
 
-from gcl.atomic import save_tensors
+from gcl.core.atomic import save_tensors
 # the source modules register their sources on import
 from gcl.data import image_sources, mnist_sources  # noqa: F401
 from gcl.data.source_registry import SOURCES, SourceError, SourceSettings, register_source  # noqa: F401  (the API)
-from gcl.settings import validate
+from gcl.core.settings import validate
 
 
 def read_source(name: str, cfg: dict | None, download_dir: str | Path | None = None) -> dict:

@@ -10,8 +10,8 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from gcl.settings import Settings
-from gcl.training.buffer import ReservoirBuffer
+from gcl.core.settings import Settings
+from gcl.core.buffer import ReservoirBuffer
 
 
 @dataclass
@@ -105,7 +105,14 @@ class Method:
 
     @torch.no_grad()
     def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """Class scores of evaluation inputs: what the accuracies and the confusion matrix count."""
         return self.net(x)
+
+    @torch.no_grad()
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """The representation `predict` classifies, for the report's t-SNE and the loop's collapse check:
+        the network's penultimate layer, unless a method predicts with other networks (CN-DPM's experts)."""
+        return self.net.features(x)
 
     def finish(self) -> None:
         """Called once after the last stream batch (the stream is over; no task boundary is revealed)."""

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from gcl.methods.base import Method, ReplaySettings, TaskData, register
-from gcl.training.buffer import to_device
+from gcl.core.buffer import to_device
 
 
 def function_distance(outputs: torch.Tensor, stored_probs: torch.Tensor) -> torch.Tensor:

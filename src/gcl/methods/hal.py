@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from gcl.methods.base import Method, ReplaySettings, TaskData, register
-from gcl.training.buffer import ReservoirBuffer, to_device
+from gcl.core.buffer import ReservoirBuffer, to_device
 
 
 class RingBuffer:

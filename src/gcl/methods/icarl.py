@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from gcl.methods.base import Method, MethodSettings, TaskData, register
-from gcl.training.buffer import to_device
+from gcl.core.buffer import to_device
 
 
 def herding(features: torch.Tensor, m: int) -> torch.Tensor:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from gcl.errors import UserError
+from gcl.core.errors import UserError
 
 
 class ReportError(UserError, RuntimeError):

@@ -8,7 +8,8 @@ row as references. Confusion matrices and t-SNE of report.visualise's runs (firs
 sensitivity sweep of report.sensitivity (the paper's Figure 4).
 
 Every figure is drawn on its own: one that cannot be drawn (degenerate features, a missing file) is
-skipped with a warning and the others are kept.
+skipped with a warning and the others are kept. Longer than ~300 lines because each of the paper's four
+figures is a function here, sharing the grid and saving helpers.
 """
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from gcl.config import MAX_LINES
-from gcl.layout import run_dir
+from gcl.core.layout import run_dir
+from gcl.core.results import RunResult, SeedResult
+from gcl.report.settings import MAX_LINES
 from gcl.report.common import ReportError, buffer_key, warn
 
 # ---------------------------------------------------------------------------- data
@@ -35,14 +37,14 @@ def task_average_curve(acc_matrix: list[list[float]]) -> list[float]:
     return [sum(row[:l + 1]) / (l + 1) for l, row in enumerate(acc_matrix)]
 
 
-def seed_curve(result: dict, has_tasks: bool) -> list[float]:
-    if has_tasks and result.get("acc_matrix"):
-        return task_average_curve(result["acc_matrix"])
-    return list(result["curve"])
+def seed_curve(result: SeedResult, has_tasks: bool) -> list[float]:
+    if has_tasks and result.acc_matrix:
+        return task_average_curve(result.acc_matrix)
+    return list(result.curve)
 
 
-def mean_curve(cell: dict, has_tasks: bool) -> list[float]:
-    curves = [seed_curve(r, has_tasks) for r in cell["seeds"].values()]
+def mean_curve(cell: RunResult, has_tasks: bool) -> list[float]:
+    curves = [seed_curve(r, has_tasks) for r in cell.seeds.values()]
     return [sum(v) / len(v) for v in zip(*curves)]
 
 
@@ -50,41 +52,41 @@ def has_tasks(resolved: dict, benchmark: str) -> bool:
     return bool(resolved["benchmarks"].get(benchmark, {}).get("has_tasks"))
 
 
-def _name(cell: dict) -> str:
-    return f"{cell['method']}_{cell['buffer']}"
+def _name(cell: RunResult) -> str:
+    return f"{cell.method}_{cell.buffer}"
 
 
-def visualised(settings, cells: list[dict]) -> tuple[str, list[dict]]:
+def visualised(settings, cells: list[RunResult]) -> tuple[str, list[RunResult]]:
     """The cells report.visualise names as 'method/buffer', in that order (check@runs validated them)."""
     spec = settings.visualise
     if not spec:
         return "", []
-    by_name = {(c["benchmark"], f"{c['method']}/{c['buffer']}"): c for c in cells}
+    by_name = {(c.benchmark, f"{c.method}/{c.buffer}"): c for c in cells}
     return spec.benchmark, [by_name[(spec.benchmark, n)] for n in spec.cells if (spec.benchmark, n) in by_name]
 
 
-def first_seed(cell: dict) -> tuple[str, dict]:
-    seed = sorted(cell["seeds"], key=int)[0]
-    return seed, cell["seeds"][seed]
+def first_seed(cell: RunResult) -> tuple[int, SeedResult]:
+    seed = min(cell.seeds)
+    return seed, cell.seeds[seed]
 
 
-def write_plot_data(resolved: dict, settings, cells: list[dict], out: Path) -> list[Path]:
+def write_plot_data(resolved: dict, settings, cells: list[RunResult], out: Path) -> list[Path]:
     """plots/curves/<benchmark>/<method>_<buffer>.csv (evaluation, accuracy: mean over seeds) and
     plots/confusion/<benchmark>/<method>_<buffer>.csv (actual, predicted: one line per test image of the
     first seed) for `dvc plots show/diff` (dvc.yaml's `plots:`)."""
     paths = []
     for c in cells:
-        path = out / "curves" / c["benchmark"] / f"{_name(c)}.csv"
+        path = out / "curves" / c.benchmark / f"{_name(c)}.csv"
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["evaluation", "accuracy"])
-            for i, acc in enumerate(mean_curve(c, has_tasks(resolved, c["benchmark"])), start=1):
+            for i, acc in enumerate(mean_curve(c, has_tasks(resolved, c.benchmark)), start=1):
                 w.writerow([i, f"{acc:.2f}"])
         paths.append(path)
     bench, chosen = visualised(settings, cells)
     for c in chosen:
-        counts = np.asarray(first_seed(c)[1]["confusion"], dtype=np.int64)
+        counts = np.asarray(first_seed(c)[1].confusion, dtype=np.int64)
         path = out / "confusion" / bench / f"{_name(c)}.csv"
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", newline="") as f:
@@ -148,8 +150,8 @@ def curve_layout(groups: list[tuple[str, list[str]]], mine: list[dict], buffers:
         for title, methods in groups:
             lines = []
             for m in methods:
-                cell = next((c for c in mine if c["method"] == m and str(c["buffer"]) == b), None) \
-                    or next((c for c in mine if c["method"] == m and str(c["buffer"]) == "none"), None)
+                cell = next((c for c in mine if c.method == m and str(c.buffer) == b), None) \
+                    or next((c for c in mine if c.method == m and str(c.buffer) == "none"), None)
                 if cell is not None:
                     lines.append((m, cell))
             if lines and not {m for m, _ in lines} <= drawn:
@@ -159,18 +161,18 @@ def curve_layout(groups: list[tuple[str, list[str]]], mine: list[dict], buffers:
     return rows
 
 
-def plot_curves(resolved: dict, settings, display, cells: list[dict], out_dir: Path) -> list[Path]:
+def plot_curves(resolved: dict, settings, display, cells: list[RunResult], out_dir: Path) -> list[Path]:
     """One figure per benchmark: a row of panels per buffer, one panel per method group, at most MAX_LINES
     lines a panel; methods without a buffer (dashed; JOINT's final accuracy dotted) in every row."""
     from matplotlib.ticker import MaxNLocator
 
     plt = _pyplot()
     paths = []
-    for bench in dict.fromkeys(c["benchmark"] for c in cells):
+    for bench in dict.fromkeys(c.benchmark for c in cells):
         tasks = has_tasks(resolved, bench)
-        mine = [c for c in cells if c["benchmark"] == bench]
-        groups = panels(settings.curves.groups, display.sort({c["method"] for c in mine}))
-        buffers = sorted({str(c["buffer"]) for c in mine if str(c["buffer"]) != "none"}, key=buffer_key) or ["none"]
+        mine = [c for c in cells if c.benchmark == bench]
+        groups = panels(settings.curves.groups, display.sort({c.method for c in mine}))
+        buffers = sorted({str(c.buffer) for c in mine if str(c.buffer) != "none"}, key=buffer_key) or ["none"]
         layout = curve_layout(groups, mine, buffers)
         ncols = max(len(row) for row in layout)
         fig, axes = plt.subplots(len(layout), ncols, figsize=(4.6 * ncols, 3.2 * len(layout)),
@@ -183,7 +185,7 @@ def plot_curves(resolved: dict, settings, display, cells: list[dict], out_dir: P
                 ax = axes[r][k]
                 for i, (m, cell) in enumerate(lines):
                     curve = mean_curve(cell, tasks)
-                    own = str(cell["buffer"]) == b
+                    own = str(cell.buffer) == b
                     style = "-" if own and b != "none" else "--"
                     name = display.label(m) + ("" if own else " (no buffer)")
                     if len(curve) == 1:        # offline (JOINT): only the final accuracy
@@ -214,7 +216,7 @@ def _grid(plt, n: int, width: float = 3.6, height: float = 3.4):
     return fig, flat[:n], flat
 
 
-def plot_confusions(bench: str, cells: list[dict], display, path: Path) -> Path:
+def plot_confusions(bench: str, cells: list[RunResult], display, path: Path) -> Path:
     """Row-normalised confusion matrices of the first seed after the stream (the paper's Figure 6),
     every class labelled, one colour bar."""
     plt = _pyplot()
@@ -222,14 +224,14 @@ def plot_confusions(bench: str, cells: list[dict], display, path: Path) -> Path:
     image = None
     for ax, c in zip(axes, cells):
         seed, result = first_seed(c)
-        counts = np.asarray(result["confusion"], dtype=float)
+        counts = np.asarray(result.confusion, dtype=float)
         seen = np.flatnonzero(counts.sum(1) > 0)      # outputs with no test images are left out
         counts = counts[seen][:, seen]
         image = ax.imshow(counts / counts.sum(1, keepdims=True), vmin=0, vmax=1, cmap="Blues")
         size = max(3.0, min(8.0, 240 / len(seen)))
         ax.set_xticks(range(len(seen)), [str(i) for i in seen], fontsize=size, rotation=90 if len(seen) > 20 else 0)
         ax.set_yticks(range(len(seen)), [str(i) for i in seen], fontsize=size)
-        ax.set_title(f"{display.label(c['method'])} ({_buffer_text(c['buffer'])})", fontsize=9)
+        ax.set_title(f"{display.label(c.method)} ({_buffer_text(c.buffer)})", fontsize=9)
         ax.set_xlabel("predicted class", fontsize=8)
         ax.set_ylabel("true class", fontsize=8)
     fig.colorbar(image, ax=flat, shrink=0.8, label="fraction of the true class")
@@ -256,21 +258,21 @@ def embed_tsne(features: np.ndarray) -> np.ndarray:
         return TSNE(n_components=2, init="pca", perplexity=perplexity, random_state=0).fit_transform(features)
 
 
-def plot_tsne(bench: str, cells: list[dict], display, path: Path, warn) -> Path | None:
+def plot_tsne(bench: str, cells: list[RunResult], display, path: Path, warn) -> Path | None:
     """t-SNE of the final penultimate features of the evaluation images (the paper's Figure 5). Runs whose
     features are degenerate or missing are skipped with a warning; no figure if none is left."""
     import torch
     usable = []
     for c in cells:
-        file = run_dir(c) / "features.pt"
+        file = run_dir(c.run) / "features.pt"
         if not file.exists():
-            warn(f"t-SNE: {file} is missing; {c['method']}/{c['buffer']} skipped")
+            warn(f"t-SNE: {file} is missing; {c.method}/{c.buffer} skipped")
             continue
         saved = torch.load(file, weights_only=True)
         features = saved["features"].float().numpy()
         why = degenerate(features)
         if why:
-            warn(f"t-SNE: {file}: {why}; {c['method']}/{c['buffer']} skipped")
+            warn(f"t-SNE: {file}: {why}; {c.method}/{c.buffer} skipped")
             continue
         usable.append((c, saved, features))
     if not usable:
@@ -284,7 +286,7 @@ def plot_tsne(bench: str, cells: list[dict], display, path: Path, warn) -> Path 
     fig, axes, flat = _grid(plt, len(usable))
     for ax, (c, saved, features), xy in zip(axes, usable, embeddings):
         points = ax.scatter(xy[:, 0], xy[:, 1], c=saved["labels"].numpy(), cmap="tab10", s=3)
-        ax.set_title(f"{display.label(c['method'])} ({_buffer_text(c['buffer'])})", fontsize=9)
+        ax.set_title(f"{display.label(c.method)} ({_buffer_text(c.buffer)})", fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])
     fig.legend(*points.legend_elements(), title="class", loc="center right", fontsize=7, title_fontsize=8)
@@ -292,49 +294,46 @@ def plot_tsne(bench: str, cells: list[dict], display, path: Path, warn) -> Path 
     return _save(fig, path)
 
 
-def plot_sensitivity(resolved: dict, settings, cells: list[dict], path: Path) -> Path | None:
-    """Class-IL against omega and against gamma (the paper's Figure 4), mean ± std over seeds. The x value
-    is the run's resolved setting."""
+def plot_sensitivity(settings, cells: list[RunResult], path: Path) -> Path | None:
+    """Class-IL against each swept setting of `report.sensitivity` (the paper's Figure 4: CoCa's omega and
+    gamma), a panel per sweep, mean ± std over seeds. The x value is the setting each run trained with."""
     spec = settings.sensitivity
     if not spec:
         return None
-    swept = [k for k in ("omega", "gamma") if getattr(spec, k)]
-    if not swept:
-        return None
-    points_of = {}
-    for param in swept:
+    where = {(c.benchmark, c.method, str(c.buffer)): c for c in cells}
+    points_of = []
+    for i, sweep in enumerate(spec.sweeps):
         points = []
-        for method in getattr(spec, param):
-            cell = next((c for c in cells if c["benchmark"] == spec.benchmark and c["method"] == method
-                         and str(c["buffer"]) == str(spec.buffer)), None)
+        for method in sweep.methods:
+            cell = where.get((spec.benchmark, method, str(spec.buffer)))
             if cell is None:
-                raise ReportError(f"report.sensitivity.{param}: no run {spec.benchmark}/{method}/{spec.buffer} "
+                raise ReportError(f"report.sensitivity.sweeps[{i}]: no run {spec.benchmark}/{method}/{spec.buffer} "
                                   "in runs; add its run or drop it from the sweep")
-            run = cell.get("_run") or {}
-            x = run[param] if param in run else cell["config"]["run"][param]
-            accs = np.array([r["class_il"] for r in cell["seeds"].values()], dtype=float)
-            points.append((x, accs.mean(), accs.std(ddof=1) if len(accs) > 1 else 0.0))
-        points_of[param] = sorted(points)
+            if sweep.parameter not in cell.run:
+                raise ReportError(f"report.sensitivity.sweeps[{i}].parameter: {method!r} has no setting "
+                                  f"{sweep.parameter!r} (`python -m gcl.describe` lists each method's settings)")
+            accs = np.array([r.class_il for r in cell.seeds.values()], dtype=float)
+            points.append((cell.run[sweep.parameter], accs.mean(), accs.std(ddof=1) if len(accs) > 1 else 0.0))
+        points_of.append(sorted(points))
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(swept), figsize=(4.5 * len(swept), 3.4), squeeze=False)
-    for ax, param in zip(axes[0], swept):
-        x, m, sd = zip(*points_of[param])
+    n = len(spec.sweeps)
+    fig, axes = plt.subplots(1, n, figsize=(4.5 * n, 3.4), squeeze=False)
+    for ax, sweep, points in zip(axes[0], spec.sweeps, points_of):
+        x, m, sd = zip(*points)
         ax.errorbar(x, m, yerr=sd, marker="o", capsize=3)
-        if param == "omega":
-            # the paper's sweep ends at omega = 1, where (I - omega S) is singular for a row-stochastic S: the
-            # closed-form propagation has no value there, so the point is marked rather than computed
-            ax.axvline(1.0, color="grey", linestyle=":")
-            ax.annotate("ω = 1: undefined\n(I − ωS is singular)", xy=(1.0, min(m)), xytext=(-4, 0),
-                        textcoords="offset points", ha="right", va="bottom", fontsize=8, color="grey")
-            ax.set_xlim(right=1.05)
-        ax.set_xlabel({"omega": "ω (propagation strength)", "gamma": "γ (share of propagated logits)"}[param])
+        for mark in sweep.marks:   # e.g. a value where the method is undefined, so it has no point
+            ax.axvline(mark.x, color="grey", linestyle=":")
+            ax.annotate(mark.text, xy=(mark.x, min(m)), xytext=(-4, 0), textcoords="offset points", ha="right",
+                        va="bottom", fontsize=8, color="grey")
+            ax.set_xlim(left=min(ax.get_xlim()[0], mark.x - 0.05), right=max(ax.get_xlim()[1], mark.x + 0.05))
+        ax.set_xlabel(sweep.label or sweep.parameter)
         ax.set_ylabel("Class-IL accuracy (%)")
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{spec.benchmark}, buffer {spec.buffer}: sensitivity of CoCa")
+    fig.suptitle(f"{spec.benchmark}, buffer {spec.buffer}: {spec.title}")
     return _save(fig, path)
 
 
-def draw_all(resolved: dict, settings, display, cells: list[dict], out_dir: Path, warnings: list[str]) -> list[Path]:
+def draw_all(resolved: dict, settings, display, cells: list[RunResult], out_dir: Path, warnings: list[str]) -> list[Path]:
     """Every figure; one that fails is skipped with a warning (a params error still stops the report)."""
 
     def note(message: str) -> None:
@@ -342,7 +341,7 @@ def draw_all(resolved: dict, settings, display, cells: list[dict], out_dir: Path
 
     bench, chosen = visualised(settings, cells)
     jobs = [("curves", lambda: plot_curves(resolved, settings, display, cells, out_dir)),
-            ("sensitivity", lambda: plot_sensitivity(resolved, settings, cells, out_dir / "sensitivity.png"))]
+            ("sensitivity", lambda: plot_sensitivity(settings, cells, out_dir / "sensitivity.png"))]
     if chosen:
         jobs += [("confusion", lambda: plot_confusions(bench, chosen, display, out_dir / f"{bench}-confusion.png")),
                  ("t-SNE", lambda: plot_tsne(bench, chosen, display, out_dir / f"{bench}-tsne.png", note))]

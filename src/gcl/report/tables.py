@@ -4,12 +4,14 @@ against the best baseline), a per-seed summary, the few numbers `dvc exp show` c
 
 It knows nothing of one profile: row names, row order, the paper rows each method is compared with,
 footnotes and the tables themselves come from the `report:` block of params.yaml (declared in
-gcl.config.ReportSettings) or from the method's registration (its algorithm; optional `label` and
+gcl.report.settings) or from the method's registration (its algorithm; optional `label` and
 `paper_row` class attributes).
 
 It reads exactly the runs that params.yaml lists (never a glob of runs/), so removed runs cannot leak
 into the tables; a run folder on disk that params.yaml no longer lists is named in a warning. Every
 output is built in a temporary folder first and moved into place only when all of them succeeded.
+Longer than ~300 lines because every table shares the display settings (Display) and the formatting here;
+the figures are apart (gcl.report.figures).
 """
 from __future__ import annotations
 
@@ -18,16 +20,18 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from gcl.atomic import remove_stale_temporaries
-from gcl.config import ReportSettings, load_params, resolve_report
-from gcl.layout import run_dir
+from gcl.core.atomic import remove_stale_temporaries
+from gcl.core.layout import run_dir
+from gcl.core.results import RunResult
 from gcl.report.figures import draw_all, write_plot_data
 from gcl.report.common import ReportError, buffer_key, warn
+from gcl.report.settings import ReportSettings
 
 OUTPUTS = ("tables.md", "summary.csv", "metrics.json", "figures", "plots")
 SETTING = {"class_il": "class-il", "task_il": "task-il"}   # our metric -> the reference files' `setting`
@@ -37,16 +41,14 @@ SETTING = {"class_il": "class-il", "task_il": "task-il"}   # our metric -> the r
 
 # ---------------------------------------------------------------------------- inputs
 
-def load_cells(resolved: dict) -> list[dict]:
+def load_cells(resolved: dict) -> list[RunResult]:
     """Each run's metrics.json, in the order params.yaml lists the runs."""
     cells = []
     for key, run in resolved["runs"].items():
         path = run_dir(run) / "metrics.json"
         if not path.exists():
             raise ReportError(f"{path} (run {key}) is missing: run `dvc repro` so its train stage runs first")
-        cell = json.loads(path.read_text())
-        cell["_run"] = run
-        cells.append(cell)
+        cells.append(RunResult.from_json(json.loads(path.read_text())))
     return cells
 
 
@@ -67,20 +69,20 @@ def environments(rows: pd.DataFrame) -> list[str]:
     return [f"torch {t}, {d}, {n} thread(s), {p} ({c} seeds)" for (t, d, n, p), c in counts.items()]
 
 
-def summary_frame(cells: list[dict]) -> pd.DataFrame:
+def summary_frame(cells: list[RunResult]) -> pd.DataFrame:
     """One row per (benchmark, method, buffer, seed); a method's numeric extra metrics as
     `method_metrics.<name>` columns (e.g. CN-DPM's experts)."""
     rows = []
     for c in cells:
-        for seed, r in c["seeds"].items():
-            row = {"benchmark": c["benchmark"], "method": c["method"], "buffer": str(c["buffer"]),
-                   "seed": int(seed), "class_il": r["class_il"], "task_il": r.get("task_il"),
-                   "forgetting": r.get("forgetting"), "steps": r.get("steps"), "samples": r.get("samples"),
-                   "train_seconds": r.get("train_seconds"), "samples_per_second": r.get("samples_per_second"),
-                   "device": c.get("device")}
-            env = r.get("environment") or {"torch": c.get("torch"), "threads": c.get("threads")}   # older results
+        for seed, r in c.seeds.items():
+            row = {"benchmark": c.benchmark, "method": c.method, "buffer": str(c.buffer),
+                   "seed": seed, "class_il": r.class_il, "task_il": r.task_il,
+                   "forgetting": r.forgetting, "steps": r.steps, "samples": r.samples,
+                   "train_seconds": r.train_seconds, "samples_per_second": r.samples_per_second,
+                   "device": c.device}
+            env = r.environment or {"torch": c.torch, "threads": c.threads}   # older results
             row.update({f"env_{k}": env.get(k) for k in ENVIRONMENT})
-            for k, v in (r.get("method_metrics") or {}).items():
+            for k, v in r.method_metrics.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     row[f"method_metrics.{k}"] = v
             rows.append(row)
@@ -94,6 +96,9 @@ def read_paper(paper_csvs) -> pd.DataFrame:
     return pd.concat([pd.read_csv(f, dtype={"buffer": "string"}) for f in paper_csvs], ignore_index=True)
 
 
+ResolveProfile = Callable[[Path], dict]   # a profile's params.yaml -> its resolved report settings
+
+
 @dataclass
 class Reproduction:
     """Another profile's committed results: `folder`/params.yaml and `folder`/results/summary.csv."""
@@ -105,9 +110,10 @@ class Reproduction:
     head: list[dict]
 
 
-def read_reproduction(folder: str | Path, paper: pd.DataFrame) -> Reproduction:
+def read_reproduction(folder: str | Path, paper: pd.DataFrame, resolve_profile: ResolveProfile) -> Reproduction:
     """Load and check one folder of `report.reproductions`: its summary must hold every seed of every run its
-    params.yaml lists, and nothing else, or it is refused (a half-copied or stale folder)."""
+    params.yaml lists, and nothing else, or it is refused (a half-copied or stale folder). `resolve_profile`
+    turns a params file into what the report reads (gcl.config's job: the report knows no params.yaml)."""
     folder = Path(folder)
     fix = (f"copy params.yaml, dvc.lock and results/ of a finished `dvc repro` of that profile into {folder} "
            "(README: 'Another profile'), or remove it from report.reproductions")
@@ -115,8 +121,7 @@ def read_reproduction(folder: str | Path, paper: pd.DataFrame) -> Reproduction:
     for path in (params_path, summary_path):
         if not path.is_file():
             raise ReportError(f"{path} is missing (report.reproductions lists {folder}): {fix}")
-    params = load_params(params_path)
-    resolved = resolve_report(params)
+    resolved = resolve_profile(params_path)
     summary = pd.read_csv(summary_path, dtype={"buffer": str})
     want = {(r["benchmark"], r["method"], str(r["buffer"]), seed) for r in resolved["runs"].values()
             for seed in resolved["seeds"]}
@@ -439,16 +444,20 @@ def render_tables(resolved: dict, settings: ReportSettings, summary: pd.DataFram
 
 # ---------------------------------------------------------------------------- writing
 
-def write_report(resolved: dict, out_dir: str | Path, paper_csvs: list[str | Path]) -> list[str]:
+def write_report(resolved: dict, out_dir: str | Path, paper_csvs: list[str | Path],
+                 resolve_profile: ResolveProfile | None = None) -> list[str]:
     """Build every output in a temporary folder beside `out_dir`; move them into place only when all
-    succeeded. Returns the warnings (also printed and listed at the top of tables.md)."""
+    succeeded. Returns the warnings (also printed and listed at the top of tables.md). `resolve_profile`
+    reads the params.yaml of each folder of `report.reproductions` (needed only when it lists any)."""
     out_dir = Path(out_dir)
     settings = ReportSettings.model_validate(resolved.get("report") or {})
     display = Display(resolved, settings)
     cells = load_cells(resolved)
     summary = summary_frame(cells)
     paper = read_paper(paper_csvs)
-    reproductions = [read_reproduction(f, paper) for f in settings.reproductions]
+    if settings.reproductions and resolve_profile is None:
+        raise TypeError("write_report: report.reproductions lists folders, so resolve_profile is needed")
+    reproductions = [read_reproduction(f, paper, resolve_profile) for f in settings.reproductions]
     warnings: list[str] = []
     for folder in stale_runs(resolved):
         warn(f"stale: {folder} is not a run of params.yaml; delete it", warnings)

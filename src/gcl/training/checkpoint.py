@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gcl.atomic import save_tensors
+from gcl.core.atomic import save_tensors
 
 
 def rng_states(generator: torch.Generator, device: torch.device) -> dict:

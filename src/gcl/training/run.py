@@ -13,17 +13,20 @@ import multiprocessing
 import shutil
 import statistics
 from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from gcl.atomic import remove_stale_temporaries, save_tensors, write_json
+from gcl.core.atomic import remove_stale_temporaries, save_tensors, write_json
 from gcl.data.benchmarks import load_benchmark
-from gcl.layout import benchmark_file, run_dir, run_log
-from gcl.processes import RunLock, RunLockedError, die_with_parent
+from gcl.core.layout import benchmark_file, run_dir, run_log
+from gcl.core.results import RunResult, SeedResult
+from gcl.core.processes import RunLock, RunLockedError, die_with_parent
 from gcl.training.checkpoint import Checkpoint, load_fingerprinted
-from gcl.training.devices import auto_workers, resolve_device, seed_devices, start_mps
-from gcl.training.fingerprint import file_digest, fingerprint
+from gcl.core.devices import auto_workers, resolve_device, seed_devices, start_mps
+from gcl.core.fingerprint import file_digest, fingerprint
 from gcl.training.progress import Progress
 from gcl.training.train import DivergenceError, run_seed
 
@@ -39,26 +42,54 @@ def mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
 
 
 @functools.lru_cache(maxsize=1)
-def _worker_benchmark(bench_path: str, data_cfg_json: str) -> dict:
-    """A worker's benchmark, loaded once however many seeds the worker trains."""
+def _loaded_benchmark(bench_path: str, digest: str, data_cfg_json: str) -> dict:
+    """A process's benchmark, loaded once however many seeds it trains (keyed by the file's digest too: a test may
+    write another file at the same relative path)."""
     return load_benchmark(bench_path, json.loads(data_cfg_json))
 
 
-def _seed_in_worker(bench_path: str, data_cfg: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: str,
-                    feature_samples: int, threads: int, progress: Progress, checkpoint: Checkpoint) -> dict:
-    """One seed in a fresh process: the same numbers as in the parent (every RNG is seeded per run)."""
+def _seed_in_worker(key: str, bench_path: str, digest: str, data_cfg: dict, bench_cfg: dict, run_cfg: dict, seed: int,
+                    device: str, feature_samples: int, threads: int, progress: Progress,
+                    checkpoint: Checkpoint) -> SeedResult:
+    """One seed, in a worker process or in this one: the same numbers either way (every RNG is seeded per seed).
+    A divergence names the run and the seed."""
     torch.set_num_threads(threads)
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    bench = _worker_benchmark(bench_path, json.dumps(data_cfg, sort_keys=True))
-    return run_seed(bench, bench_cfg, run_cfg, seed, device, feature_samples, progress, checkpoint)
+    bench = _loaded_benchmark(bench_path, digest, json.dumps(data_cfg, sort_keys=True))
+    try:
+        return run_seed(bench, bench_cfg, run_cfg, seed, device, feature_samples, progress, checkpoint)
+    except DivergenceError as exc:
+        raise DivergenceError(f"run {key}, seed {seed}: {exc}") from None
+
+
+class InProcess:
+    """An executor for one worker: each call runs in this process when its result is asked for, so that seeds
+    run (and are saved) one after the other, in the order they were submitted."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def submit(self, fn, *args, **kwargs):
+        return _Deferred(functools.partial(fn, *args, **kwargs))
+
+
+@dataclass
+class _Deferred:
+    call: Callable
+
+    def result(self):
+        return self.call()
 
 
 def train_run(spec: dict, workers: int | str = 1, threads: int = 1, checkpoint_minutes: float = 10.0,
               mps: str = "off") -> Path:
     """Every seed of the resolved run `spec` (gcl.config.resolve_run); `workers` processes side by side (or
-    "auto", gcl.training.devices.auto_workers), `threads` CPU threads each, a checkpoint at least every
+    "auto", gcl.core.devices.auto_workers), `threads` CPU threads each, a checkpoint at least every
     `checkpoint_minutes`; with `mps` "auto", NVIDIA's MPS is started when several processes share a GPU
     (none of these changes the numbers). One process at a time per run."""
     with RunLock(run_lock_path(spec["key"]), spec["key"]):
@@ -68,14 +99,6 @@ def train_run(spec: dict, workers: int | str = 1, threads: int = 1, checkpoint_m
 def run_lock_path(key: str) -> Path:
     """The lock file that one trainer of run `key` holds."""
     return PROGRESS_DIR / f"{key}.lock"
-
-
-def _seed(key: str, seed: int, train, *args, **kwargs) -> dict:
-    """One seed; a divergence names the run and the seed."""
-    try:
-        return train(*args, **kwargs)
-    except DivergenceError as exc:
-        raise DivergenceError(f"run {key}, seed {seed}: {exc}") from None
 
 
 def _train_run(spec: dict, workers: int | str, threads: int, checkpoint_minutes: float, mps: str) -> Path:
@@ -100,20 +123,20 @@ def _train_run(spec: dict, workers: int | str, threads: int, checkpoint_minutes:
         if earlier is not None and (i > 0 or load_fingerprinted(features, seed_print, say, "features file",
                                                                 "the first seed trains again") is not None):
             # finished by an earlier, interrupted attempt with these exact settings and code
-            seeds[str(seed)] = earlier
+            seeds[seed] = earlier
             say(f"finished by an earlier attempt: reused from {done}")
         else:
             checkpoint = Checkpoint(progress / f"seed-{seed}.ckpt", seed_print, 60.0 * checkpoint_minutes)
             todo.append((seed, done, FEATURE_SAMPLES if i == 0 else 0, checkpoint))
 
-    def finished(seed, done, r, checkpoint):
-        if "features" in r:  # the first seed's final features, for the t-SNE figures, with the seed's fingerprint
-            save_tensors(features, {"seed": seed, "fingerprint": checkpoint.fingerprint, **r.pop("features")})
-        write_json(done, r)
+    def finished(seed: int, done: Path, r: SeedResult, checkpoint: Checkpoint) -> None:
+        if r.features is not None:   # the first seed's final features, for the t-SNE figures, with its fingerprint
+            save_tensors(features, {"seed": seed, "fingerprint": checkpoint.fingerprint, **r.features})
+        write_json(done, r.to_json())
         checkpoint.discard()
-        seeds[str(seed)] = r
-        log.for_seed(seed).say(f"done: class-il {r['class_il']:.2f} in {r['train_seconds']:.1f}s "
-                               f"({r['samples_per_second']:.0f} samples/s)")
+        seeds[seed] = r
+        log.for_seed(seed).say(f"done: class-il {r.class_il:.2f} in {r.train_seconds:.1f}s "
+                               f"({r.samples_per_second:.0f} samples/s)")
 
     workers = auto_workers(device, len(todo)) if workers == "auto" else min(workers, len(todo))
     devices = seed_devices(device, len(todo))   # on several visible GPUs, seeds take turns over them
@@ -124,31 +147,25 @@ def _train_run(spec: dict, workers: int | str, threads: int, checkpoint_minutes:
     if workers > 1:   # seeds are independent: spread them over processes (CPU cores, or GPUs)
         # fork starts a worker in milliseconds (the parent has run no torch op yet); CUDA needs spawn
         context = multiprocessing.get_context("fork" if device.type == "cpu" else "spawn")
-        with ProcessPoolExecutor(workers, mp_context=context, initializer=die_with_parent) as pool:
-            jobs = [(seed, done, ckpt, pool.submit(_seed, key, seed, _seed_in_worker, bench_path, spec["data"], bench_cfg,
-                                             run_cfg, seed, str(dev), n, threads, log.for_seed(seed), ckpt))
-                    for (seed, done, n, ckpt), dev in zip(todo, devices)]
-            for seed, done, ckpt, job in jobs:
-                finished(seed, done, job.result(), ckpt)
-    elif todo:
-        bench = load_benchmark(bench_path, spec["data"])
-        for (seed, done, n, ckpt), dev in zip(todo, devices):
-            finished(seed, done, _seed(key, seed, run_seed, bench, bench_cfg, run_cfg, seed, dev,
-                                       feature_samples=n, progress=log.for_seed(seed), checkpoint=ckpt), ckpt)
-    seeds = {str(s): seeds[str(s)] for s in spec["seeds"]}
+        executor = ProcessPoolExecutor(workers, mp_context=context, initializer=die_with_parent)
+    else:
+        executor = InProcess()
+    with executor as pool:
+        jobs = [(seed, done, ckpt, pool.submit(_seed_in_worker, key, bench_path, data_digest, spec["data"], bench_cfg, run_cfg,
+                                               seed, str(dev), n, threads, log.for_seed(seed), ckpt))
+                for (seed, done, n, ckpt), dev in zip(todo, devices)]
+        for seed, done, ckpt, job in jobs:
+            finished(seed, done, job.result(), ckpt)
+    seeds = {s: seeds[s] for s in spec["seeds"]}
 
-    stats = {m: mean_std([s[m] for s in seeds.values()]) for m in ("class_il", "task_il", "forgetting")}
+    stats = {m: mean_std([getattr(r, m) for r in seeds.values()]) for m in ("class_il", "task_il", "forgetting")}
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / "metrics.json"
-    write_json(out, {
-        "benchmark": run_cfg["benchmark"], "method": run_cfg["method"], "buffer": run_cfg["buffer"],
-        "device": device.type, "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "workers": workers,
-        "config": {"run": run_cfg, "benchmark": bench_cfg},
-        "seeds": seeds,
-        "mean": {m: v[0] for m, v in stats.items()},
-        "std": {m: v[1] for m, v in stats.items()},
-    })
+    result = RunResult(benchmark=run_cfg["benchmark"], method=run_cfg["method"], buffer=run_cfg["buffer"],
+                       device=device.type, torch=torch.__version__, threads=torch.get_num_threads(), workers=workers,
+                       config={"run": run_cfg, "benchmark": bench_cfg}, seeds=seeds,
+                       mean={m: v[0] for m, v in stats.items()}, std={m: v[1] for m, v in stats.items()})
+    write_json(out, result.to_json())
     # moved only once metrics.json is written: if that fails, a rerun still finds every seed's result here
     features.replace(out_dir / "features.pt")
     # the cell is complete: a later forced run must train again, not reuse these seeds
@@ -183,14 +200,14 @@ def sweep_finished_progress(runs: dict[str, dict]) -> list[str]:
     return swept
 
 
-def _earlier_result(done: Path, say) -> dict | None:
+def _earlier_result(done: Path, say) -> SeedResult | None:
     """A seed's result saved by an earlier attempt, or None; one that cannot be read (truncated by a full disk,
     say) is refused in one line and deleted, and the seed trains again."""
     if not done.exists():
         return None
     try:
-        return json.loads(done.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return SeedResult.from_json(json.loads(done.read_text()))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as exc:
         say(f"{done} refused: it cannot be read ({type(exc).__name__}: {exc}); it is deleted and the seed trains again")
         done.unlink(missing_ok=True)
         return None

@@ -12,12 +12,13 @@ import torch
 
 from gcl.data.benchmarks import kind_of
 from gcl.data.stream import Stream
-from gcl.errors import UserError
+from gcl.core.errors import UserError
+from gcl.core.results import SeedResult
 from gcl.methods import METHODS, MethodContext
 from gcl.methods.base import Method, TaskData
-from gcl.training.backbones import build_backbone
+from gcl.core.backbones import build_backbone
 from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
-from gcl.training.devices import environment
+from gcl.core.devices import environment
 from gcl.training.evaluate import Evaluator, summarise
 from gcl.training.progress import Progress, StreamProgress
 
@@ -55,12 +56,31 @@ class Timer:
         self.total += time.perf_counter() - self.started
 
 
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """How the loop presents the stream to a method: the one place that knows what an offline method needs.
+
+    An offline method (JOINT) is shown every training image once, with no evaluation along the way; it makes
+    its own `epochs` passes once the stream is over and is evaluated only then, and its checkpoints are not
+    taken at every task end (it holds the whole stream it has kept)."""
+
+    stream_epochs: int              # passes the stream makes
+    evaluate_along: bool            # evaluate at the stream's segment or task ends (else once, at the end)
+    checkpoint_at_task_ends: bool
+
+    @classmethod
+    def of(cls, method_cls: type[Method], epochs: int) -> Schedule:
+        if method_cls.offline:
+            return cls(stream_epochs=1, evaluate_along=False, checkpoint_at_task_ends=False)
+        return cls(stream_epochs=epochs, evaluate_along=True, checkpoint_at_task_ends=True)
+
+
 @dataclasses.dataclass
 class SeedSetup:
     """Everything one seed trains with, built in the order that fixes its random numbers (gcl.training.train.setup_seed)."""
 
     stream: Stream
-    stream_epochs: int        # passes the stream makes (1 for an offline method, which makes its own later)
+    schedule: Schedule
     net: torch.nn.Module
     method: Method
     evaluate: Evaluator
@@ -74,11 +94,9 @@ def setup_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: t
     train_transform, test_transform = kind.transforms(bench, bench_cfg)
     generator = seed_everything(seed)
     method_cls = METHODS[run_cfg["algorithm"]]
-    # an offline method (JOINT) is shown every training image once, with no evaluation along the way; it makes
-    # its own `epochs` passes once the stream is over and is evaluated only then
-    stream_epochs = 1 if method_cls.offline else bench_cfg["epochs"]
-    stream = kind.stream(bench, {**bench_cfg, "epochs": stream_epochs}, run_cfg["batch"], generator)
-    if method_cls.offline:
+    schedule = Schedule.of(method_cls, bench_cfg["epochs"])
+    stream = kind.stream(bench, {**bench_cfg, "epochs": schedule.stream_epochs}, run_cfg["batch"], generator)
+    if not schedule.evaluate_along:
         stream = dataclasses.replace(stream, eval_after=[])
     net = build_backbone(bench_cfg["backbone"], bench["input_shape"], bench["n_classes"],
                          channels_last=bench_cfg.get("channels_last", False)).to(device)
@@ -92,15 +110,17 @@ def setup_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: t
     def amp():
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bench_cfg.get("bf16", False))
 
-    loop = StreamLoop(method, stream, train_transform, evaluate, kind.has_tasks, device, amp)
-    return SeedSetup(stream, stream_epochs, net, method, evaluate, loop, amp)
+    loop = StreamLoop(method, stream, train_transform, evaluate, kind.has_tasks, device, amp,
+                      schedule.checkpoint_at_task_ends)
+    return SeedSetup(stream, schedule, net, method, evaluate, loop, amp)
 
 
 def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: torch.device,
-             feature_samples: int = 0, progress: Progress | None = None, checkpoint: Checkpoint | None = None) -> dict:
+             feature_samples: int = 0, progress: Progress | None = None,
+             checkpoint: Checkpoint | None = None) -> SeedResult:
     """Train `run_cfg`'s method over the benchmark stream and return this seed's metrics.
 
-    With `feature_samples` > 0 the result also holds "features": the final network's penultimate
+    With `feature_samples` > 0 the result also holds `features`: the final network's penultimate
     features of that many evaluation images (for t-SNE), which the caller stores apart from the JSON.
     `progress` receives a line at every evaluation and at least every minute; with `checkpoint` the seed
     resumes from its saved state (if one with the same fingerprint exists) and saves it as it goes.
@@ -112,19 +132,19 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
     if saved is not None:
         loop.restore(saved)
         progress.say(f"resumed from {checkpoint.path} at step {loop.step} of {s.stream.steps}")
-    result = loop.run(StreamProgress(progress, s.stream, loop.has_tasks, s.stream_epochs, loop.step), checkpoint)
+    scores = loop.run(StreamProgress(progress, s.stream, loop.has_tasks, s.schedule.stream_epochs, loop.step),
+                      checkpoint)
     with amp():
         net.eval()
-        result["confusion"] = evaluate.confusion(method.predict, bench["n_classes"])
-        if evaluate.features_collapsed(net.features):
+        confusion = evaluate.confusion(method.predict, bench["n_classes"])
+        if evaluate.features_collapsed(method.features):
             raise DivergenceError("the trained network gives every evaluation image the same features (a collapsed "
                                   "network, e.g. all-zero after dead ReLUs), so it predicts one class for everything: "
                                   "the learning rate or a loss weight is probably too high")
-        result["method_metrics"] = method.extra_metrics()
-        if feature_samples:
-            result["features"] = evaluate.features(net.features, feature_samples)
-    result["environment"] = environment(device, bench_cfg.get("bf16", False))
-    return result
+        method_metrics = method.extra_metrics()
+        features = evaluate.features(method.features, feature_samples) if feature_samples else None
+    return SeedResult(**scores, confusion=confusion, method_metrics=method_metrics,
+                      environment=environment(device, bench_cfg.get("bf16", False)), features=features)
 
 
 def last_accuracy(rows: list[dict], has_tasks: bool) -> float | None:
@@ -143,9 +163,10 @@ class StreamLoop:
     method's state and the random states, make a checkpoint (`state` / `restore`)."""
 
     def __init__(self, method, stream, train_transform, evaluate: Evaluator, has_tasks: bool,
-                 device: torch.device, amp=contextlib.nullcontext):
+                 device: torch.device, amp=contextlib.nullcontext, checkpoint_at_task_ends: bool = True):
         self.method, self.stream, self.train_transform = method, stream, train_transform
         self.evaluate, self.has_tasks, self.device, self.amp = evaluate, has_tasks, device, amp
+        self.checkpoint_at_task_ends = checkpoint_at_task_ends
         self.tell_boundaries = method.needs_boundaries and has_tasks
         self.pool, self.labels = stream.images.to(device), stream.labels.to(device)
         self.step = 0          # the next step to run
@@ -201,6 +222,7 @@ class StreamLoop:
         net.train()
 
     def run(self, progress: StreamProgress, checkpoint: Checkpoint | None = None) -> dict:
+        """Every remaining step; returns the scores of gcl.training.evaluate.summarise."""
         method, stream, amp = self.method, self.stream, self.amp
         order, bounds = stream.order.to(self.device), stream.bounds
         eval_after, task_ends = set(stream.eval_after), stream.task_ends
@@ -244,8 +266,8 @@ class StreamLoop:
             # a line at each task end, at the end, and at least every minute (MNIST-360's segments are too many)
             if task_ended or self.step == stream.steps or progress.due():
                 progress.report(step, last_accuracy(self.rows, self.has_tasks))
-            # an offline method (JOINT) holds the stream it has kept: not worth saving at every task end
-            if checkpoint is not None and self.step < stream.steps and checkpoint.due(task_ended and not method.offline):
+            if checkpoint is not None and self.step < stream.steps and \
+                    checkpoint.due(task_ended and self.checkpoint_at_task_ends):
                 timer.stop()
                 checkpoint.save(self.state(seconds=self.seconds + timer.total))
                 timer.start()
@@ -253,7 +275,7 @@ class StreamLoop:
             method.finish()
         timer.stop()
         self.check_finite(stream.steps - 1)
-        if not self.rows:          # an offline method (JOINT) is evaluated once, after its own training
+        if not self.rows:          # a stream without evaluation points (Schedule.evaluate_along) is scored once
             self.evaluate_now()
         return summarise(self.rows, self.loss_curve, self.has_tasks, stream.steps, stream.n_samples,
                          self.seconds + timer.total)

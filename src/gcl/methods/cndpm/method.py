@@ -54,7 +54,8 @@ error naming log_alpha instead of filling memory.
 Protocol: CN-DPM's NLL scale, hence log_alpha, assumes pixels in [0, 1] (sequential benchmarks with
 `normalize: false`, `augment: false`). The project's sequential stream makes one shuffled pass over each
 task without replacement (the authors' Split-MNIST episode drew its 6,000 batches with replacement; their
-CIFAR episodes, like this stream, make one pass). The backbone the training loop builds is not used.
+CIFAR episodes, like this stream, make one pass). The backbone the training loop builds is not used: the
+report's t-SNE and the loop's collapse check read the experts' classifier features (`features`).
 """
 from __future__ import annotations
 
@@ -66,235 +67,9 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from gcl.core.errors import UserError
 from gcl.methods.base import Method, MethodSettings, register
-
-BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
-
-
-# ------------------------------------------------------------------------------------------ Adam
-
-class Adam(nn.Module):
-    """Adam over every parameter of one module, written out as torch.optim.Adam's update (no weight decay, no
-    amsgrad) after clipping each gradient to [-clip, clip]. Moments, step count and learning rate are buffers,
-    so that a module holding this one checkpoints the optimiser with it.
-
-    The module's parameters are re-bound as views of one flat tensor, and their gradients as views of one flat
-    gradient (kept allocated: `zero_grad` zeroes it and backward accumulates into it), so that an update is a
-    dozen whole-tensor operations instead of a dozen per parameter: the same arithmetic on every element. Build
-    it after the module is on its device (moving the module later would undo the views)."""
-
-    def __init__(self, module: nn.Module, lr: float):
-        super().__init__()
-        named = list(module.named_parameters())
-        flat = torch.cat([p.detach().reshape(-1) for _, p in named])
-        grad = torch.zeros_like(flat)
-        offset = 0
-        for name, p in named:
-            owner, _, attr = name.rpartition(".")
-            view = nn.Parameter(flat[offset:offset + p.numel()].view_as(p), requires_grad=p.requires_grad)
-            view.grad = grad[offset:offset + p.numel()].view_as(p)
-            setattr(module.get_submodule(owner), attr, view)
-            offset += p.numel()
-        self.params, self.grad = flat, grad   # plain attributes: the module saves the parameters
-        self.register_buffer("m", torch.zeros_like(flat))
-        self.register_buffer("v", torch.zeros_like(flat))
-        self.register_buffer("steps", torch.zeros((), device=flat.device))
-        self.register_buffer("lr", torch.tensor(float(lr), device=flat.device))
-
-    def zero_grad(self) -> None:
-        self.grad.zero_()
-
-    @torch.no_grad()
-    def step(self, clip: float, mask: torch.Tensor | None = None) -> None:
-        """One update; with a 0-d 0/1 `mask`, an update only where mask is 1 (parameters and state unchanged
-        where it is 0), decided on the device."""
-        g, m, v = self.grad, self.m, self.v
-        g.clamp_min_(-clip)   # in place: the gradient is not read after the step
-        g.clamp_max_(clip)
-        if mask is None:
-            self.steps += 1
-            t = self.steps
-            m.lerp_(g, 1 - BETA1)
-            v.mul_(BETA2)
-            v.addcmul_(g, g, value=1 - BETA2)
-            step_size = self.lr / (1 - BETA1 ** t)
-            denom = v.sqrt()
-            denom.div_(torch.sqrt(1 - BETA2 ** t))
-            denom.add_(EPS)
-            update = m / denom
-            update.mul_(step_size)
-            self.params.sub_(update)
-            return
-        mask = mask.to(m.dtype)
-        self.steps += mask
-        t = self.steps.clamp_min(1)   # an expert never stepped keeps 0 moments: no 0/0 below
-        m.lerp_(g, (1 - BETA1) * mask)
-        v.add_(mask * (1 - BETA2) * (g * g - v))
-        denom = (v / (1 - BETA2 ** t)).sqrt_().add_(EPS)
-        self.params.sub_(mask * self.lr / (1 - BETA1 ** t) * m / denom)
-
-
-# ------------------------------------------------------------------------------------------ experts
-
-class MlpVae(nn.Module):
-    """The authors' MlpSharingVae: encoder in -> h -> h (lateral inputs), mu / log var heads; unshared decoder
-    z -> base -> base -> in (sigmoid mean)."""
-
-    def __init__(self, in_dim: int, z_dim: int, base: int, ext: int, n_prev: int):
-        super().__init__()
-        own, cat = (base if n_prev == 0 else ext), base + n_prev * ext
-        self.enc1, self.enc2 = nn.Linear(in_dim, own), nn.Linear(cat, own)
-        self.mu, self.log_var = nn.Linear(cat, z_dim), nn.Linear(cat, z_dim)
-        self.dec = nn.Sequential(nn.Linear(z_dim, base), nn.ReLU(), nn.Linear(base, base), nn.ReLU(),
-                                 nn.Linear(base, in_dim))
-
-    def encode(self, x, prev):
-        h = _lateral(F.relu(self.enc1(x.flatten(1))), prev, 0)
-        h2 = _lateral(F.relu(self.enc2(h)), prev, 1)
-        return self.mu(h2), self.log_var(h2), [h.detach(), h2.detach()]
-
-    def decode_logits(self, z, shape):
-        return self.dec(z).view(-1, *shape)
-
-
-class CnnVae(nn.Module):
-    """The authors' CnnSharingVae: conv3x3(nf)+pool+ReLU, conv3x3(2nf)+pool+ReLU, fc(4nf)+ReLU (each reading the
-    earlier experts' features), mu / log var heads; unshared base-width decoder fc, fc, 4x4 transposed convs."""
-
-    def __init__(self, in_shape, z_dim: int, base: int, ext: int, n_prev: int):
-        super().__init__()
-        c, h, w = in_shape
-        own, cat = (base if n_prev == 0 else ext), base + n_prev * ext
-        self.small = (h // 4, w // 4)
-        self.enc1 = nn.Conv2d(c, own, 3, 1, 1)
-        self.enc2 = nn.Conv2d(cat, 2 * own, 3, 1, 1)
-        self.enc3 = nn.Linear(self.small[0] * self.small[1] * 2 * cat, 4 * own)
-        self.mu, self.log_var = nn.Linear(4 * cat, z_dim), nn.Linear(4 * cat, z_dim)
-        self.base = base
-        self.dec = nn.Sequential(
-            nn.Linear(z_dim, 4 * base), nn.ReLU(),
-            nn.Linear(4 * base, self.small[0] * self.small[1] * 2 * base), nn.ReLU(),
-            nn.Unflatten(1, (2 * base, *self.small)),
-            nn.ConvTranspose2d(2 * base, base, 4, 2, 1), nn.ReLU(),
-            nn.ConvTranspose2d(base, c, 4, 2, 1))
-
-    def encode(self, x, prev):
-        h1 = _lateral(F.relu(F.max_pool2d(self.enc1(x), 2)), prev, 0)
-        h2 = _lateral(F.relu(F.max_pool2d(self.enc2(h1), 2)).flatten(1), prev, 1)
-        h3 = _lateral(F.relu(self.enc3(h2)), prev, 2)
-        return self.mu(h3), self.log_var(h3), [h1.detach(), h2.detach(), h3.detach()]
-
-    def decode_logits(self, z, shape):
-        return self.dec(z).view(-1, *shape)
-
-
-class MlpClassifier(nn.Module):
-    """The authors' MlpSharingClassifier: in -> h -> h -> classes, layers 2 and 3 reading earlier features."""
-
-    def __init__(self, in_dim: int, n_classes: int, base: int, ext: int, n_prev: int):
-        super().__init__()
-        own, cat = (base if n_prev == 0 else ext), base + n_prev * ext
-        self.fc1, self.fc2, self.out = nn.Linear(in_dim, own), nn.Linear(cat, own), nn.Linear(cat, n_classes)
-
-    def forward(self, x, prev):
-        h1 = _lateral(F.relu(self.fc1(x.flatten(1))), prev, 0)
-        h2 = _lateral(F.relu(self.fc2(h1)), prev, 1)
-        return F.log_softmax(self.out(h2), 1), [h1.detach(), h2.detach()]
-
-
-class Block(nn.Module):
-    """ResNet basic block with InstanceNorm (no affine, no running statistics) and bias-free convs."""
-
-    def __init__(self, c_in: int, c_out: int, stride: int):
-        super().__init__()
-        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
-        self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
-        self.short = nn.Conv2d(c_in, c_out, 1, stride, bias=False) if stride != 1 or c_in != c_out else None
-
-    def forward(self, x):
-        out = F.relu(F.instance_norm(self.conv1(x)))
-        return F.relu(F.instance_norm(self.conv2(out)) + (x if self.short is None else F.instance_norm(self.short(x))))
-
-
-class ResNetClassifier(nn.Module):
-    """The authors' ResNetSharingClassifier with num_blocks [1, 1, 1, 1]: conv3x3+IN+ReLU, four blocks of
-    widths nf, 2nf, 4nf, 8nf (strides 1, 2, 2, 2), global average pool, linear; each stage reads earlier
-    experts' features."""
-
-    def __init__(self, in_ch: int, n_classes: int, base: int, ext: int, n_prev: int):
-        super().__init__()
-        own, cat = (base if n_prev == 0 else ext), base + n_prev * ext
-        self.conv0 = nn.Conv2d(in_ch, own, 3, 1, 1, bias=False)
-        self.blocks = nn.ModuleList([Block(cat * i, own * o, s)
-                                     for i, o, s in ((1, 1, 1), (1, 2, 2), (2, 4, 2), (4, 8, 2))])
-        self.out = nn.Linear(cat * 8, n_classes)
-
-    def forward(self, x, prev):
-        feats = [_lateral(F.relu(F.instance_norm(self.conv0(x))), prev, 0)]
-        for i, block in enumerate(self.blocks):
-            h = block(feats[-1])
-            if i == 3:
-                h = F.adaptive_avg_pool2d(h, 1).flatten(1)
-            feats.append(_lateral(h, prev, i + 1))
-        return F.log_softmax(self.out(feats[-1]), 1), [f.detach() for f in feats]
-
-
-def _lateral(own: torch.Tensor, prev: list[torch.Tensor] | None, i: int) -> torch.Tensor:
-    """This expert's features after the (already detached) concatenated features of the earlier experts."""
-    return own if prev is None else torch.cat([prev[i], own], 1)
-
-
-class Expert(nn.Module):
-    """One mixture component: VAE `g`, classifier `d`, and their Adam states (expert 0: frozen, no updates)."""
-
-    def __init__(self, cfg: dict, in_shape: tuple[int, ...], n_classes: int, n_prev: int, device: torch.device,
-                 frozen: bool = False):
-        super().__init__()
-        in_dim = math.prod(in_shape)
-        if cfg["arch"] == "mlp":
-            self.g = MlpVae(in_dim, cfg["z_dim"], cfg["vae_width"], cfg["vae_ext"], n_prev)
-            self.d = MlpClassifier(in_dim, n_classes, cfg["cls_width"], cfg["cls_ext"], n_prev)
-        else:
-            self.g = CnnVae(in_shape, cfg["z_dim"], cfg["vae_width"], cfg["vae_ext"], n_prev)
-            self.d = ResNetClassifier(in_shape[0], n_classes, cfg["cls_width"], cfg["cls_ext"], n_prev)
-        self.to(device)
-        if frozen:
-            self.requires_grad_(False)
-        else:   # after the move: the optimisers make the parameters views of their flat tensors
-            self.opt_g = Adam(self.g, cfg["lr_vae"])
-            self.opt_d = Adam(self.d, cfg["lr"])
-
-
-class GaussianRecon(torch.autograd.Function):
-    """0.5 * sum_d (x_d - sigmoid(l_d))^2 over the last axis (x broadcast over the latent samples), with a
-    hand-written backward: the same values and gradients as autograd's, in fewer passes over the decoded
-    images (this loss dominates the sleep phase's time). No gradient flows to x (the data)."""
-
-    @staticmethod
-    def forward(ctx, logits, x):
-        mu = torch.sigmoid(logits)
-        diff = mu - x
-        ctx.save_for_backward(mu, diff)
-        return 0.5 * torch.linalg.vecdot(diff, diff)
-
-    @staticmethod
-    def backward(ctx, grad):
-        mu, diff = ctx.saved_tensors
-        # d/dl 0.5 (mu - x)^2 = (mu - x) mu (1 - mu)
-        return diff * (mu - mu * mu) * grad.unsqueeze(-1), None
-
-
-def vae_nll(vae: nn.Module, x: torch.Tensor, prev, z_samples: int):
-    """Negative ELBO per sample (16-sample average of ELBOs, unit-variance Gaussian summed over pixels without
-    its constants, analytic KL to N(0, I)) and the encoder's detached features for the next expert."""
-    mu, log_var, feats = vae.encode(x, prev)
-    std = (0.5 * log_var).exp()
-    z = mu.unsqueeze(1) + std.unsqueeze(1) * torch.randn(mu.shape[0], z_samples, mu.shape[1], device=mu.device,
-                                                           dtype=mu.dtype)
-    logits = vae.decode_logits(z.flatten(0, 1), x.shape[1:]).view(x.shape[0], z_samples, -1)
-    recon = GaussianRecon.apply(logits, x.flatten(1).unsqueeze(1)).mean(1)
-    kl = 0.5 * (log_var.exp() + mu.square() - 1 - log_var).sum(1)
-    return recon + kl, feats
+from gcl.methods.cndpm.experts import Expert, vae_nll
 
 
 def chilled_nll(log_probs: torch.Tensor, y: torch.Tensor, chill: float) -> torch.Tensor:
@@ -306,6 +81,10 @@ def chilled_nll(log_probs: torch.Tensor, y: torch.Tensor, chill: float) -> torch
 
 
 # ------------------------------------------------------------------------------------------ method
+
+class NoExpertError(UserError, RuntimeError):
+    """The stream ended before CN-DPM made its first expert."""
+
 
 class CNDPMSettings(MethodSettings):
     lr: float = Field(gt=0, description="Adam learning rate of the classifiers (sleep; wake after lr_decay)")
@@ -493,6 +272,18 @@ class CNDPM(Method):
             vae, logp = self.collect(x[lo:lo + chunk], list(self.experts)[1:])
             out.append(torch.logsumexp(log_prior[None, :, None] - vae.unsqueeze(2) + logp, 1))
         return torch.cat(out)
+
+    @torch.no_grad()
+    def features(self, x, chunk: int = 256):
+        """The classifier features `predict` reads: the last expert's penultimate layer, which holds every earlier
+        expert's beside its own (lateral connections), for the report's t-SNE and the loop's collapse check."""
+        return self._features(x, list(self.experts)[1:], chunk)[1][-1]
+
+    def finish(self) -> None:
+        if self.n_experts == 0:   # the mixture would predict class 0 for everything: a number that means nothing
+            raise NoExpertError(f"CN-DPM made no expert over the whole stream: its short-term memory never held "
+                                f"stm_capacity = {self.cfg['stm_capacity']} samples; lower stm_capacity (or raise "
+                                "log_alpha) for this stream")
 
     def extra_metrics(self) -> dict:
         return {"experts": self.n_experts}

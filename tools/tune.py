@@ -1,7 +1,7 @@
 """Choose hyperparameters on a validation split held out from the training stream; the test set is never read.
 
-    python benchmarks/tune.py mnist-360-coca-500 --grid lr=0.1,0.2 lambda1=0.2,0.5,1.0 --seeds 0 1
-    python benchmarks/tune.py seq-mnist-er-200 --grid lr=0.03,0.1 --fraction 0.1
+    python tools/tune.py mnist-360-coca-500 --grid lr=0.1,0.2 lambda1=0.2,0.5,1.0 --seeds 0 1
+    python tools/tune.py seq-mnist-er-200 --grid lr=0.03,0.1 --fraction 0.1
 
 The run's settings come from params.yaml (resolved as the train stage resolves them); every point of the
 grid overrides some of them. The benchmark is rebuilt in memory with `validation_fraction` of each
@@ -24,7 +24,7 @@ from tabulate import tabulate
 from gcl.config import load_params, resolve_benchmark, resolve_run, resolve_runtime
 from gcl.data.benchmarks import kind_of
 from gcl.data.sources import load_source
-from gcl.layout import source_file
+from gcl.core.layout import source_file
 from gcl.training.train import DivergenceError, run_seed
 
 _BENCH: dict = {}   # the validation benchmark, built once in the parent and inherited by forked workers
@@ -45,7 +45,7 @@ def _one(run_cfg: dict, bench_cfg: dict, seed: int, threads: int, metric: str) -
     """One point and seed; a diverging point scores NaN (printed as diverged) instead of ending the grid."""
     torch.set_num_threads(threads)
     try:
-        return run_seed(_BENCH["bench"], bench_cfg, run_cfg, seed, torch.device("cpu"))[metric]
+        return getattr(run_seed(_BENCH["bench"], bench_cfg, run_cfg, seed, torch.device("cpu")), metric)
     except DivergenceError:
         return float("nan")
 

@@ -35,9 +35,9 @@ def tree_digest(paths, root: str | Path = ".") -> str:
 
 
 def train_code_digest(stage_script: str | Path) -> str:
-    """The digest of the code train stages run (gcl.layout.TRAIN_CODE), in the project whose stages/ folder
+    """The digest of the code train stages run (gcl.core.layout.TRAIN_CODE), in the project whose stages/ folder
     holds `stage_script`: what check@runs writes into every run's settings and train@ checks."""
-    from gcl.layout import TRAIN_CODE
+    from gcl.core.layout import TRAIN_CODE
     return tree_digest(TRAIN_CODE, Path(stage_script).resolve().parents[1])
 
 

@@ -1,7 +1,7 @@
 """Errors a user can cause and fix: bad settings, missing or damaged data, a device the machine lacks, a run
 that another process is training, a file system that refuses a write. A stage prints such an error as one line
-naming the problem and the fix, without a traceback (gcl.warm.run_warm); any other exception is a bug and keeps
-its traceback."""
+naming the problem and the fix, without a traceback (error_line, used by gcl.warm.warm_start); any other
+exception is a bug and keeps its traceback."""
 from __future__ import annotations
 
 import errno
@@ -31,3 +31,13 @@ def file_system_error(exc: OSError) -> str | None:
     if fix is None or path is None:
         return None
     return f"cannot use {path}: {exc.strerror or errno.errorcode.get(exc.errno, exc.errno)}. Fix: {fix}"
+
+
+def error_line(exc: BaseException) -> str | None:
+    """The one line a stage prints for an error the user can fix (a UserError, or a file-system error with a
+    known fix); None for any other exception, which keeps its traceback."""
+    if isinstance(exc, UserError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return file_system_error(exc)
+    return None

@@ -1,8 +1,8 @@
 """Where the wall time of a cold `dvc repro` goes: DVC, Python start-up, training, the rest of each stage.
 
-    python benchmarks/breakdown.py                 # a fresh clone of this repository's HEAD, default profile
-    python benchmarks/breakdown.py --repeat 3      # three cold runs: best and worst wall time
-    python benchmarks/breakdown.py --params profiles/ci.yaml
+    python tools/breakdown.py                 # a fresh clone of this repository's HEAD, default profile
+    python tools/breakdown.py --repeat 3      # three cold runs: best and worst wall time
+    python tools/breakdown.py --params profiles/ci.yaml
 
 Each run clones HEAD into a temporary folder (no outputs, no DVC cache: what a new user has), runs
 `dvc repro` there and time-stamps every line it prints. The lines mark the phases: DVC announces a stage

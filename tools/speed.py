@@ -1,9 +1,9 @@
 """What each method costs per training step, beside a bare forward/backward/SGD loop of the same shapes.
 
-    python benchmarks/speed.py                          # MLP: seq-MNIST shapes, params.yaml's seq-mnist settings
-    python benchmarks/speed.py --backbone resnet18      # ResNet-18: seq-CIFAR-10 shapes, profiles/paper.yaml's settings
-    python benchmarks/speed.py --methods er,derpp --device cuda --bf16 --channels-last
-    python benchmarks/speed.py --cell seq-mnist-er-200  # one seed of one run of params.yaml, as dvc repro trains it
+    python tools/speed.py                          # MLP: seq-MNIST shapes, params.yaml's seq-mnist settings
+    python tools/speed.py --backbone resnet18      # ResNet-18: seq-CIFAR-10 shapes, profiles/paper.yaml's settings
+    python tools/speed.py --methods er,derpp --device cuda --bf16 --channels-last
+    python tools/speed.py --cell seq-mnist-er-200  # one seed of one run of params.yaml, as dvc repro trains it
 
 A method step is what the training loop does per stream batch: the batched augmentation of the stream
 batch, then `observe` (replay, distillation, buffer insertion, the update). Each method runs with the
@@ -38,7 +38,7 @@ from gcl.data.benchmarks import kind_of  # noqa: E402
 from gcl.data.image_sources import NORMALIZATION  # noqa: E402
 from gcl.methods import METHODS, MethodContext  # noqa: E402
 from gcl.methods.base import TaskData  # noqa: E402
-from gcl.training.backbones import build_backbone  # noqa: E402
+from gcl.core.backbones import build_backbone  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -228,8 +228,8 @@ def time_cell(args) -> None:
     """One seed of one params.yaml cell, as `dvc repro` would train it, without writing anything."""
     from gcl.config import resolve_runtime
     from gcl.data.benchmarks import load_benchmark
-    from gcl.layout import benchmark_file
-    from gcl.training.devices import resolve_device
+    from gcl.core.layout import benchmark_file
+    from gcl.core.devices import resolve_device
     from gcl.training.train import run_seed
 
     params = load_params(args.profile or "params.yaml")
@@ -239,10 +239,10 @@ def time_cell(args) -> None:
     device = resolve_device(spec["device"])
     bench = load_benchmark(benchmark_file(run_cfg["benchmark"]), spec["data"])
     r = run_seed(bench, bench_cfg, run_cfg, args.seed, device)
-    til = "-" if r["task_il"] is None else f"{r['task_il']:.2f}"
-    print(f"{args.cell} seed {args.seed} on {device.type} ({torch.get_num_threads()} threads): {r['steps']} steps, "
-          f"{r['train_seconds']:.1f} s training, {r['samples_per_second']:.0f} samples/s, "
-          f"{1e3 * r['train_seconds'] / r['steps']:.1f} ms/step; class-il {r['class_il']:.2f}, task-il {til}")
+    til = "-" if r.task_il is None else f"{r.task_il:.2f}"
+    print(f"{args.cell} seed {args.seed} on {device.type} ({torch.get_num_threads()} threads): {r.steps} steps, "
+          f"{r.train_seconds:.1f} s training, {r.samples_per_second:.0f} samples/s, "
+          f"{1e3 * r.train_seconds / r.steps:.1f} ms/step; class-il {r.class_il:.2f}, task-il {til}")
 
 
 def main(argv=None) -> list[dict] | None:

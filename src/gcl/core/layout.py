@@ -18,7 +18,7 @@ RESOLVED = Path("resolved")
 # into every resolved/runs/<run>.json, so that a train stage depends on two files (its settings with that
 # digest, and its benchmark) instead of on each of these: a short dvc.lock, which DVC re-reads and rewrites
 # after every stage. A code change re-runs check@runs, which changes every run's settings file.
-TRAIN_CODE = ("stages/train.py", "src/gcl/atomic.py", "src/gcl/training", "src/gcl/data", "src/gcl/methods")
+TRAIN_CODE = ("stages/train.py", "src/gcl/core", "src/gcl/training", "src/gcl/data", "src/gcl/methods")
 
 
 def resolved_source(name: str) -> Path:

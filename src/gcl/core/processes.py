@@ -8,7 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
-from gcl.errors import UserError
+from gcl.core.errors import UserError
 
 PR_SET_PDEATHSIG = 1
 

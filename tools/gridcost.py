@@ -1,14 +1,14 @@
 """What a whole profile costs to train on this machine, projected from timed steps on random images of the real shapes.
 
-    python benchmarks/gridcost.py                                    # profiles/paper.yaml, on the GPU if there is one
-    python benchmarks/gridcost.py --benchmarks seq-cifar10 --methods er,derpp,coca --steps 200
-    python benchmarks/gridcost.py --processes 8                      # 8 runs sharing the device at once
+    python tools/gridcost.py                                    # profiles/paper.yaml, on the GPU if there is one
+    python tools/gridcost.py --benchmarks seq-cifar10 --methods er,derpp,coca --steps 200
+    python tools/gridcost.py --processes 8                      # 8 runs sharing the device at once
 
 One run of every (benchmark, method) pair of the profile is timed (its largest buffer, where memory-heavy
 methods cost most) through the training loop itself (gcl.training.train.StreamLoop, as `dvc repro` trains):
 `--warmup` steps of the first task, the task boundary (for methods that are told it), then `--steps` timed
 steps of the second task, on a benchmark of the real size built from random uint8 images (the source's real
-classes, images per class and shape; benchmarks/synthetic.py). One evaluation pass over the whole test set
+classes, images per class and shape; tools/synthetic.py). One evaluation pass over the whole test set
 is timed too. A seed of a run is projected as
 
     stream steps x step time + tasks x boundary time + (evaluations + 1) x evaluation time
@@ -201,7 +201,7 @@ def measure(profile: str, pairs: dict, device: str, warmup: int, steps: int, pro
     unknown = sources - set(SOURCE_SHAPES)
     if unknown:
         raise SystemExit(f"no real shape is known for source(s) {sorted(unknown)}: add them to SOURCE_SHAPES "
-                         "in benchmarks/synthetic.py")
+                         "in tools/synthetic.py")
     shapes = {name: SOURCE_SHAPES[name] for name in sources}
     if processes == 1:
         results = [time_cells(profile, pairs, shapes, device, warmup, steps, bf16, channels_last, trace=trace)]

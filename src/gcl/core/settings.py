@@ -13,7 +13,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from gcl.errors import UserError
+from gcl.core.errors import UserError
 
 
 class ParamsError(UserError, ValueError):
