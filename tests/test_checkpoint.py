@@ -16,7 +16,7 @@ from gcl.training.train import run_seed
 CPU = torch.device("cpu")
 # small settings for every method (what the loop needs to run, not tuned values)
 SETTINGS = {
-    "sgd": {}, "joint": {}, "er": {}, "er-ace": {}, "agem": {}, "coca": {},
+    "sgd": {}, "joint": {}, "er": {}, "er-ace": {}, "agem": {}, "coca": {}, "clser": {},
     "der": {"alpha": 0.3}, "derpp": {"alpha": 0.3, "beta": 0.5},
     "gss": {"gss_minibatch": 4}, "gem": {}, "icarl": {}, "fdr": {},
     "hal": {"hal_lambda": 0.1, "beta": 0.5, "gamma": 0.1, "anchor_steps": 3, "finetune_steps": 1},
@@ -111,7 +111,7 @@ def test_resume_from_the_last_task_end(name, seq, monkeypatch, tmp_path):
     assert any(f"at step {2 * task_end} of" in line for line in lines)   # the end of task 2
 
 
-@pytest.mark.parametrize("name", ["er", "derpp", "coca"])
+@pytest.mark.parametrize("name", ["er", "derpp", "coca", "clser"])
 def test_mnist360_resumes_to_the_same_numbers(name, tiny_mnist360, monkeypatch, tmp_path):
     """No tasks: checkpoints come by time only (here after every step)."""
     bench, cfg = tiny_mnist360

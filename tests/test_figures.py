@@ -15,7 +15,7 @@ from gcl.report.tables import Display, write_report
 from gcl.core.settings import ParamsError, validate
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER = [ROOT / "reference/paper_results.csv", ROOT / "reference/der_paper_results.csv"]
+PAPER = sorted((ROOT / "reference").glob("*.csv"))
 
 
 def cell(method, buffer, curve=(10.0, 20.0, 30.0), confusion=((5, 0, 1), (0, 4, 0), (2, 0, 3)), acc_matrix=None,

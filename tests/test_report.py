@@ -13,7 +13,7 @@ from gcl.report.tables import write_report
 from gcl.config import resolve_profile
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER = [ROOT / "reference/paper_results.csv", ROOT / "reference/der_paper_results.csv"]
+PAPER = sorted((ROOT / "reference").glob("*.csv"))
 ABLATION = ["coca-off", "coca-ckd", "coca-pt", "coca-scl", "coca-pt-scl", "coca-ckd-pt", "coca-ckd-scl"]
 
 
