@@ -14,8 +14,9 @@ from gcl.training.run import train_run  # noqa: E402
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
-        sys.exit("usage: python stages/train.py <run>   (a key of runs: in params.yaml)")
+    if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
+        sys.exit("usage: python stages/train.py <run>   (a key of runs: in params.yaml; dvc.yaml adds the run's "
+                 "settings after it, which are not read: the stage reads params.yaml)")
     key = sys.argv[1]
     if read_resolved(resolved_run(key)).get("code") != train_code_digest(__file__):
         # e.g. `dvc repro -s train@<run>` after a code edit: the settings were resolved for other code

@@ -133,6 +133,18 @@ def train_stages_named(status: str) -> set[str]:
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("change", [{"runs__mnist-360-er-200__lr": 0.05}, {"runs__mnist-360-er-200__epochs": 2},
+                                    {"runs__mnist-360-er-200__batch": 8}])
+def test_dvc_status_names_the_train_stage_of_an_edited_run_before_anything_runs(project, change):
+    with edited(project, **change):
+        status = sh(project, "dvc", "status").stdout
+        dry = sh(project, "dvc", "repro", "--dry").stdout
+    assert train_stages_named(status) == {"train@mnist-360-er-200"}, status
+    assert "changed command" in status
+    assert {s for s in stages_run(dry) if s.startswith("train@")} == {"train@mnist-360-er-200"}, dry
+
+
+@pytest.mark.e2e
 @pytest.mark.parametrize("change, stale", [
     ({"runs__mnist-360-er-200__lr": 0.05}, {"train@mnist-360-er-200"}),
     ({"methods__sgd": {"lr": 0.3}}, set()),                  # the run's own lr overrides the method's
@@ -161,11 +173,9 @@ def test_a_stage_alone_refuses_settings_params_yaml_no_longer_says(project, how)
     with edited(project, **{f"runs__{cell}__lr": 0.05}):
         done = sh(project, *command, check=False)
         said = done.stdout + done.stderr
-        if how == "dvc repro -s":     # the stage's own dependencies did not change: DVC does not run it
-            assert done.returncode == 0 and f"train@{cell}" not in stages_run(done.stdout), said
-        else:
-            assert done.returncode != 0 and "Traceback" not in said, said
-            assert f"runs.{cell}: lr" in said and f"dvc repro train@{cell}" in said, said
+        # `dvc repro -s` runs it too: the run's settings are part of its command, which the edit changed
+        assert done.returncode != 0 and "Traceback" not in said, said
+        assert f"runs.{cell}: lr" in said and f"dvc repro train@{cell}" in said, said
         sh(project, "dvc", "repro")
         cell_config = json.loads((project / "runs/mnist-360/er/200/metrics.json").read_text())["config"]
         assert cell_config["run"]["lr"] == 0.05
