@@ -241,3 +241,21 @@ def alive(pid: int) -> bool:
         return "zombie" not in status.read_text()
     except OSError:
         return False
+
+
+def test_an_owner_that_cannot_be_watched_leaves_the_server_to_its_idle_time(monkeypatch):
+    """Where pidfds are missing (an old kernel), the server must not take an unwatched owner for an ended one."""
+    from gcl.warm import _watch_owner
+    owners: dict[int, int] = {}
+    assert _watch_owner(os.getpid(), owners) and list(owners.values()) == [os.getpid()]
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert _watch_owner(gone.pid, owners) and len(owners) == 1          # ended already: nothing to watch
+    assert not _watch_owner(None, owners)                               # a request without an owner
+    for fd in owners:
+        os.close(fd)
+
+    def no_pidfd(pid):
+        raise OSError(38, "Function not implemented")
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    assert not _watch_owner(12345, {})

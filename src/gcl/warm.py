@@ -262,10 +262,10 @@ def serve(key: str, path: Path, stages: Path) -> None:
     mine = os.stat(path).st_ino
     children: dict[int, socket.socket] = {}
     owners: dict[int, int] = {}  # pidfd -> pid of a process that stages came from, while it lives
-    served = False
+    served = blind = False       # blind: a stage's owner could not be watched, so only KEEP_ALIVE ends the server
     idle_since = time.monotonic()
     try:
-        while children or (time.monotonic() - idle_since < KEEP_ALIVE and (owners or not served)):
+        while children or (time.monotonic() - idle_since < KEEP_ALIVE and (owners or blind or not served)):
             for fd in select.select([listener, *owners], [], [], 0.1)[0]:
                 if fd in owners:         # an owner ended
                     del owners[fd]
@@ -276,7 +276,7 @@ def serve(key: str, path: Path, stages: Path) -> None:
                 if pid is not None:
                     children[pid] = conn
                     served = True
-                    _watch_owner(owner, owners)
+                    blind |= not _watch_owner(owner, owners)
             for pid in list(children):
                 done, status = os.waitpid(pid, os.WNOHANG)
                 if done:
@@ -296,13 +296,20 @@ def serve(key: str, path: Path, stages: Path) -> None:
         listener.close()
 
 
-def _watch_owner(owner: int | None, owners: dict[int, int]) -> None:
-    if owner is None or owner in owners.values():
-        return
+def _watch_owner(owner: int | None, owners: dict[int, int]) -> bool:
+    """Watch `owner` (a pidfd in `owners`); False when it cannot be watched here (no pidfd on this kernel, or no
+    owner sent), and KEEP_ALIVE alone must then end the server. An owner already gone needs no watching."""
+    if owner is None:
+        return False
+    if owner in owners.values():
+        return True
     try:
         owners[os.pidfd_open(owner)] = owner
+    except ProcessLookupError:
+        pass                      # already gone
     except (OSError, AttributeError):
-        pass                      # already gone (or no pidfd here): KEEP_ALIVE alone ends the server
+        return False
+    return True
 
 
 def _fork_stage(key: str, conn: socket.socket, listener: socket.socket) -> tuple[int | None, int | None]:
