@@ -214,3 +214,22 @@ def test_killing_a_stages_parent_ends_the_stage_and_its_workers(tmp_path):
     finally:
         for pid in _processes_in(folder):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_run_lock_leaves_no_file_and_never_holds_a_removed_one(tmp_path, monkeypatch):
+    path = tmp_path / "r.lock"
+    with RunLock(path, "r"):
+        assert path.read_text() == str(os.getpid())
+    assert not path.exists()                       # a finished trainer leaves nothing to sweep
+    # its file removed between our open and our lock (by the previous holder letting go): the lock is taken anew
+    real_open, opened = os.open, []
+
+    def open_then_remove(p, *args):
+        fd = real_open(p, *args)
+        if not opened:
+            os.unlink(p)
+        opened.append(fd)
+        return fd
+    monkeypatch.setattr(os, "open", open_then_remove)
+    with RunLock(path, "r") as lock:
+        assert len(opened) == 2 and lock.fd == opened[1] and path.exists()

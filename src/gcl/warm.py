@@ -42,7 +42,6 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from pathlib import Path
 
 from gcl.core.fingerprint import LIBRARY, library_digest
@@ -243,7 +242,7 @@ def stage_imports(stages: Path) -> list[str]:
                 names += [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names.append(node.module)
-    return [n for n in dict.fromkeys(names) if n != __name__ and n != "gcl.warm"]
+    return [n for n in dict.fromkeys(names) if n != "gcl.warm"]
 
 
 def serve(key: str, path: Path, stages: Path) -> None:
@@ -384,15 +383,10 @@ def _run_child(request: dict, fds: list[int]) -> None:
                 print(exc.code, file=sys.stderr)
                 code = 1
         except BaseException as exc:  # noqa: BLE001  (the stage's own error, shown as a cold start shows it)
-            from gcl.core.errors import error_line
-            line = error_line(exc)
-            if line is not None:      # as warm_start's hook prints it in a cold stage
-                print(f"error: {line}", file=sys.stderr)
-            else:
-                tb = exc.__traceback__
-                while tb is not None and tb.tb_frame.f_code.co_filename != request["script"]:
-                    tb = tb.tb_next   # from the script's own frame on, without runpy's and this module's
-                traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
+            tb = exc.__traceback__
+            while tb is not None and tb.tb_frame.f_code.co_filename != request["script"]:
+                tb = tb.tb_next       # from the script's own frame on, without runpy's and this module's
+            _one_line_errors(type(exc), exc, tb or exc.__traceback__)   # what warm_start's hook prints cold
             code = -signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1
     finally:
         for stream in (sys.stdout, sys.stderr):

@@ -284,7 +284,7 @@ def plot_tsne(bench: str, cells: list[RunResult], display, path: Path, warn) -> 
         embeddings = list(pool.map(embed_tsne, [features for _, _, features in usable]))
     plt = _pyplot()
     fig, axes, flat = _grid(plt, len(usable))
-    for ax, (c, saved, features), xy in zip(axes, usable, embeddings):
+    for ax, (c, saved, _), xy in zip(axes, usable, embeddings):
         points = ax.scatter(xy[:, 0], xy[:, 1], c=saved["labels"].numpy(), cmap="tab10", s=3)
         ax.set_title(f"{display.label(c.method)} ({_buffer_text(c.buffer)})", fontsize=9)
         ax.set_xticks([])

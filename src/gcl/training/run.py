@@ -12,8 +12,8 @@ import json
 import multiprocessing
 import shutil
 import statistics
-from concurrent.futures import ProcessPoolExecutor
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,9 +48,9 @@ def _loaded_benchmark(bench_path: str, digest: str, data_cfg_json: str) -> dict:
     return load_benchmark(bench_path, json.loads(data_cfg_json))
 
 
-def _seed_in_worker(key: str, bench_path: str, digest: str, data_cfg: dict, bench_cfg: dict, run_cfg: dict, seed: int,
-                    device: str, feature_samples: int, threads: int, progress: Progress,
-                    checkpoint: Checkpoint) -> SeedResult:
+def _train_seed(key: str, bench_path: str, digest: str, data_cfg: dict, bench_cfg: dict, run_cfg: dict, seed: int,
+                device: str, feature_samples: int, threads: int, progress: Progress,
+                checkpoint: Checkpoint) -> SeedResult:
     """One seed, in a worker process or in this one: the same numbers either way (every RNG is seeded per seed).
     A divergence names the run and the seed."""
     torch.set_num_threads(threads)
@@ -151,8 +151,8 @@ def _train_run(spec: dict, workers: int | str, threads: int, checkpoint_minutes:
     else:
         executor = InProcess()
     with executor as pool:
-        jobs = [(seed, done, ckpt, pool.submit(_seed_in_worker, key, bench_path, data_digest, spec["data"], bench_cfg, run_cfg,
-                                               seed, str(dev), n, threads, log.for_seed(seed), ckpt))
+        jobs = [(seed, done, ckpt, pool.submit(_train_seed, key, bench_path, data_digest, spec["data"], bench_cfg,
+                                               run_cfg, seed, str(dev), n, threads, log.for_seed(seed), ckpt))
                 for (seed, done, n, ckpt), dev in zip(todo, devices)]
         for seed, done, ckpt, job in jobs:
             finished(seed, done, job.result(), ckpt)
@@ -191,9 +191,8 @@ def sweep_finished_progress(runs: dict[str, dict]) -> list[str]:
         if not finished:
             continue          # the folder may hold the progress of the settings params.yaml asks for now
         try:
-            with RunLock(lock, key):
+            with RunLock(lock, key):   # which removes the lock file as it lets go
                 shutil.rmtree(progress, ignore_errors=True)
-                lock.unlink(missing_ok=True)
         except RunLockedError:
             continue
         swept.append(key)
