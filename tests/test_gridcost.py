@@ -1,4 +1,5 @@
-"""tools/gridcost.py: a profile's device-hours projected from timed steps (a 2-method, 2-step profile on CPU)."""
+"""tools/gridcost.py: a profile's device-hours projected from timed steps (a 2-method, 2-step profile on CPU);
+tools/compilecheck.py: eager and compiled training side by side."""
 from __future__ import annotations
 
 import importlib.util
@@ -88,3 +89,58 @@ def test_the_timed_stream_is_the_warmup_then_the_second_tasks_first_steps(gridco
 def dataclasses_replace(obj, **changes):
     import dataclasses
     return dataclasses.replace(obj, **changes)
+
+
+def test_compile_reaches_the_timed_cells(gridcost, tmp_path, monkeypatch):
+    """--compile on times the compiled backbone (here dynamo without code generation, counted); off, eager."""
+    from gcl.core import backbones
+    calls = []
+
+    def compile_extractor(fn, mode):
+        compiled = torch.compile(fn, backend="aot_eager", dynamic=False)
+        return lambda *args: calls.append(mode) or compiled(*args)
+
+    monkeypatch.setattr(backbones, "compile_extractor", compile_extractor)
+    backbones.compiled_extract.cache_clear()
+    argv = ["--profile", str(write_profile(tmp_path)), "--methods", "er", "--steps", "2", "--warmup", "2",
+            "--device", "cpu", "--threads", "1"]
+    try:
+        gridcost.main(argv + ["--compile", "off"])
+        assert calls == []
+        gridcost.main(argv + ["--compile", "on"])
+        assert calls and set(calls) == {"default"}
+    finally:
+        backbones.compiled_extract.cache_clear()
+        torch._dynamo.reset()
+
+
+def load_tool(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_compilecheck_passes_a_faithful_compile_and_flags_a_wrong_one(gridcost, tmp_path, monkeypatch, capsys):
+    from gcl.core import backbones
+    compilecheck = load_tool("compilecheck")
+    faithful = lambda fn, mode: torch.compile(fn, backend="aot_eager", dynamic=False)
+    wrong = lambda fn, mode: lambda net, x: 1.01 * fn(net, x)    # what a stale or mis-captured graph would do
+    argv = ["--profile", str(write_profile(tmp_path)), "--benchmarks", "b", "--methods", "er,joint", "--steps", "6",
+            "--warmup", "2", "--device", "cpu"]
+    try:
+        monkeypatch.setattr(backbones, "compile_extractor", faithful)
+        backbones.compiled_extract.cache_clear()
+        (row,) = compilecheck.main(argv)
+        assert row["method"] == "er" and row["mode"] == "default"
+        assert row["first_rel"] == 0.0 and row["rel_10"] == 0.0 and row["tail_eager"] == row["tail_compiled"]
+        assert row["eager_ms"] > 0 and row["compiled_ms"] > 0
+        assert "b joint: not compiled" in capsys.readouterr().out
+        monkeypatch.setattr(backbones, "compile_extractor", wrong)
+        backbones.compiled_extract.cache_clear()
+        with pytest.raises(SystemExit, match="1"):
+            compilecheck.main(argv)
+        assert "the first loss differs beyond 0.001 for: b/er" in capsys.readouterr().out
+    finally:
+        backbones.compiled_extract.cache_clear()
+        torch._dynamo.reset()

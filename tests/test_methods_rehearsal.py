@@ -161,7 +161,7 @@ class Plane(Backbone):
         self.feat_dim = 2
         self.classifier = nn.Linear(2, 10)
 
-    def features(self, x):
+    def extract(self, x):
         return x.flatten(1)
 
 

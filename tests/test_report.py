@@ -362,6 +362,13 @@ def test_each_seed_says_where_it_was_computed_and_mixed_environments_are_flagged
     t1 = section(section(tables_md(), "## Table 1: Class-IL"), "### mnist-360")
     assert "its cells come from 2 environments: torch 2.14.1, Some CPU, 1 thread(s), fp32 (8 seeds); " \
            "torch 2.11.0, Other CPU, 1 thread(s), fp32 (2 seeds)" in t1
+    # a compiled backbone rounds differently: its seeds are another environment (those without the key were eager)
+    add(resolved, "mnist-360", "derpp", 200, [51.0, 53.0], env={**ENV, "compiled": "reduce-overhead"})
+    write_report(resolved, "results", PAPER)
+    t1 = section(section(tables_md(), "## Table 1: Class-IL"), "### mnist-360")
+    assert "torch 2.14.1, Some CPU, 1 thread(s), fp32 (8 seeds); " \
+           "torch 2.14.1, Some CPU, 1 thread(s), fp32, compiled (reduce-overhead) (2 seeds)" in t1
+    assert set(pd.read_csv("results/summary.csv").env_compiled.fillna("-")) == {"-", "reduce-overhead"}
 
 
 # ------------------------------------------------------------------ another profile's committed results

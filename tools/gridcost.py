@@ -173,9 +173,10 @@ def time_cell(spec: dict, bench: dict, device: torch.device, warmup: int, steps:
             "partial": hasattr(s.method, "sleep") and not sleeps}
 
 
-def time_cells(profile: str, pairs: dict, shapes: dict, device: str, warmup: int, steps: int, bf16: bool,
-               channels_last: bool, barrier=None, queue=None, trace: bool = False) -> dict:
-    """Every pair's timings in this process (one of several when `barrier` is given); `shapes`: each source's."""
+def time_cells(profile: str, pairs: dict, shapes: dict, device: str, warmup: int, steps: int, overrides: dict,
+               barrier=None, queue=None, trace: bool = False) -> dict:
+    """Every pair's timings in this process (one of several when `barrier` is given); `shapes`: each source's;
+    `overrides`: benchmark training settings set for every cell (bf16, channels_last, compile)."""
     params = load_params(profile)
     device = torch.device(device)
     if device.index is not None:
@@ -183,7 +184,7 @@ def time_cells(profile: str, pairs: dict, shapes: dict, device: str, warmup: int
     benches, out = {}, {}
     for pair, keys in pairs.items():
         spec = resolve_run(params, keys[0])
-        spec["benchmark"] = {**spec["benchmark"], "bf16": bf16, "channels_last": channels_last}
+        spec["benchmark"] = {**spec["benchmark"], **overrides}
         name = spec["run"]["benchmark"]
         if name not in benches:
             benches[name] = random_benchmark(spec["data"], random_source(shapes[spec["data"]["source"]]))
@@ -193,8 +194,8 @@ def time_cells(profile: str, pairs: dict, shapes: dict, device: str, warmup: int
     return out
 
 
-def measure(profile: str, pairs: dict, device: str, warmup: int, steps: int, processes: int, bf16: bool,
-            channels_last: bool, trace: bool = False) -> dict:
+def measure(profile: str, pairs: dict, device: str, warmup: int, steps: int, processes: int, overrides: dict,
+            trace: bool = False) -> dict:
     """Per pair: the timings, with `effective` (seconds per step of the device's throughput) added."""
     params = load_params(profile)
     sources = {params["benchmarks"][bench]["source"] for bench, _ in pairs}
@@ -204,12 +205,12 @@ def measure(profile: str, pairs: dict, device: str, warmup: int, steps: int, pro
                          "in tools/synthetic.py")
     shapes = {name: SOURCE_SHAPES[name] for name in sources}
     if processes == 1:
-        results = [time_cells(profile, pairs, shapes, device, warmup, steps, bf16, channels_last, trace=trace)]
+        results = [time_cells(profile, pairs, shapes, device, warmup, steps, overrides, trace=trace)]
     else:
         ctx = multiprocessing.get_context("spawn")
         barrier, queue = ctx.Barrier(processes), ctx.Queue()
-        procs = [ctx.Process(target=time_cells, args=(profile, pairs, shapes, device, warmup, steps, bf16,
-                                                      channels_last, barrier, queue)) for _ in range(processes)]
+        procs = [ctx.Process(target=time_cells, args=(profile, pairs, shapes, device, warmup, steps, overrides,
+                                                      barrier, queue)) for _ in range(processes)]
         for p in procs:
             p.start()
         results = []
@@ -252,7 +253,8 @@ def project(params: dict, pairs: dict, timings: dict) -> list[dict]:
 def print_table(rows: list[dict], device: str, processes: int, args) -> None:
     name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "CPU"
     print(f"{args.profile} on {name} ({device}), torch {torch.__version__}, {processes} process(es) sharing it, "
-          f"{'bf16' if args.bf16 else 'fp32'}{', channels_last' if args.channels_last else ''}; "
+          f"{'bf16' if args.bf16 else 'fp32'}{', channels_last' if args.channels_last else ''}, compile "
+          f"{args.compile}; "
           f"{args.steps} timed steps after {args.warmup} of warm-up per cell")
     head = (f"{'benchmark':<18}{'method':<14}{'runs':>5}{'seeds':>6}{'ms/step':>9}{'eff. ms':>9}{'boundary s':>11}"
             f"{'eval s':>8}{'GiB':>6}{'steps/seed':>11}{'hours':>9}")
@@ -285,6 +287,8 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda or cuda:N")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast (the benchmarks' bf16 setting)")
     p.add_argument("--channels-last", action="store_true", help="NHWC layout (the benchmarks' channels_last setting)")
+    p.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
+                   help="compiled backbones (the benchmarks' compile setting; auto: on a GPU, for the methods that allow it)")
     p.add_argument("--threads", type=int, default=None, help="CPU intra-op threads per process (default: torch's)")
     p.add_argument("--trace", action="store_true", help="print where the host time of each cell goes (PyTorch's "
                    "profiler) and every host synchronisation (CUDA); one process only")
@@ -299,8 +303,9 @@ def main(argv=None) -> list[dict]:
     pairs = cells_of(params, split(args.benchmarks), split(args.methods))
     if not pairs:
         p.error("no run of the profile matches --benchmarks / --methods")
-    timings = measure(args.profile, pairs, device, args.warmup, args.steps, args.processes, args.bf16,
-                      args.channels_last, args.trace)
+    overrides = {"bf16": args.bf16, "channels_last": args.channels_last,
+                 "compile": {"auto": "auto", "on": True, "off": False}[args.compile]}
+    timings = measure(args.profile, pairs, device, args.warmup, args.steps, args.processes, overrides, args.trace)
     rows = project(params, pairs, timings)
     print_table(rows, device, args.processes, args)
     return rows

@@ -2,21 +2,56 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 
+def compile_extractor(fn: Callable, mode: str) -> Callable:
+    """torch.compile with fixed shapes (a new shape is a new graph, not a symbolic one: CUDA graphs need fixed shapes)."""
+    return torch.compile(fn, mode=mode, dynamic=False)
+
+
+def _extract(net: Backbone, x: torch.Tensor) -> torch.Tensor:
+    return net.extract(x)
+
+
+@lru_cache(maxsize=None)
+def compiled_extract(mode: str) -> Callable:
+    """One compiled `_extract` per mode and process. The network is an argument, not a closure: dynamo guards on
+    it, so a deep copy of a compiled network (LwF's old network, an EMA copy) computes with its own weights."""
+    return compile_extractor(_extract, mode)
+
+
+def begin_step(net: nn.Module) -> None:
+    """Tell CUDA graphs that a training step begins, so that the previous step's graph outputs may be reused
+    (they are consumed within their step); without compiled CUDA graphs nothing to do."""
+    if getattr(net, "compile_mode", None) == "reduce-overhead":
+        torch.compiler.cudagraph_mark_step_begin()
+
+
 class Backbone(nn.Module):
-    """`features(x)` gives the penultimate representation (width `feat_dim`); `forward` the logits."""
+    """`features(x)` gives the penultimate representation (width `feat_dim`); `forward` the logits.
+
+    `compile_mode` (None: eager) compiles the feature extractor for training: forward passes in training mode
+    with gradients on go through torch.compile (on CUDA "reduce-overhead", i.e. CUDA graphs of the forward and
+    the backward); evaluation, no-grad passes and function transforms (GSS's vmap) stay eager.
+    """
 
     feat_dim: int
+    compile_mode: str | None = None
+
+    def extract(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        if self.compile_mode is not None and self.training and torch.is_grad_enabled():
+            return compiled_extract(self.compile_mode)(self, x)
+        return self.extract(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x))
@@ -36,7 +71,7 @@ class MLP(Backbone):
                 nn.init.xavier_uniform_(m.weight)
                 nn.init.zeros_(m.bias)
 
-    def features(self, x: torch.Tensor) -> torch.Tensor:
+    def extract(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)
 
 
@@ -82,7 +117,7 @@ class ResNet18(Backbone):
         if channels_last:
             self.to(memory_format=torch.channels_last)
 
-    def features(self, x: torch.Tensor) -> torch.Tensor:
+    def extract(self, x: torch.Tensor) -> torch.Tensor:
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         out = self.layers(self.stem(x))

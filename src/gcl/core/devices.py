@@ -104,8 +104,9 @@ def device_name(device: torch.device) -> str:
     return platform.processor() or platform.machine()
 
 
-def environment(device: torch.device, bf16: bool) -> dict:
+def environment(device: torch.device, bf16: bool, compiled: str | None = None) -> dict:
     """Where a seed's numbers came from. Runs are deterministic on one machine, but another CPU or torch build
-    changes them within seed noise, so each seed records its own."""
+    changes them within seed noise, so each seed records its own; so does a compiled backbone (`compiled`: its
+    torch.compile mode, or "eager"), whose fused kernels round differently."""
     return {"torch": torch.__version__, "device": device_name(device), "threads": torch.get_num_threads(),
-            "precision": "bf16" if bf16 and device.type == "cuda" else "fp32"}
+            "precision": "bf16" if bf16 and device.type == "cuda" else "fp32", "compiled": compiled or "eager"}

@@ -64,6 +64,9 @@ class BenchmarkSettings(Settings):
                                        "held out and evaluated instead of the test set (tuning only)")
     bf16: bool = Field(False, description="bf16 autocast in training and evaluation (CUDA option)")
     channels_last: bool = Field(False, description="channels_last memory format for convolutions (CUDA option)")
+    compile: bool | Literal["auto"] = Field(
+        "auto", description="torch.compile the backbone's training passes (on a GPU with CUDA graphs) for the methods "
+        "that allow it; auto: on a GPU only (the numbers move by rounding, so a CPU run stays eager)")
 
 
 class Mnist360Settings(BenchmarkSettings):

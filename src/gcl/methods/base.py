@@ -67,6 +67,9 @@ class Method:
     uses_buffer: ClassVar[bool] = False  # takes a buffer size (runs.<name>.buffer) ...
     reservoir: ClassVar[bool] = True     # ... and keeps it as the shared reservoir (False: a memory of its own)
     offline: ClassVar[bool] = False      # trains once the stream is over (JOINT); evaluated only then
+    # its training passes run the backbone outside function transforms and at a few fixed shapes (once the
+    # buffer is full), so the backbone may be compiled and its steps captured as CUDA graphs
+    capturable: ClassVar[bool] = False
     Settings: ClassVar[type[MethodSettings]] = MethodSettings
     state_attrs: ClassVar[tuple[str, ...]] = ()
 

@@ -79,6 +79,7 @@ class CLSERSettings(ReplaySettings):
 @register
 class CLSER(Method):
     name = "clser"
+    capturable = True
     label = "CLS-ER"
     paper_row = "-"
     summary = ("CLS-ER: ER plus a consistency loss towards a plastic and a stable moving-average memory; the stable "

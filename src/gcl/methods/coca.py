@@ -195,6 +195,7 @@ class CoCaSettings(ReplaySettings):
 @register
 class CoCa(Method):
     name = "coca"
+    capturable = True
     summary = "CoCa: L_base (Eq. 2) + collaborative distillation (CKD) + pretext task (PT) + supervised contrast (SCL)"
     uses_buffer = True
     Settings = CoCaSettings

@@ -42,6 +42,7 @@ class DERppSettings(DERSettings):
 @register
 class DER(Method):
     name = "der"
+    capturable = True
     summary = "Dark Experience Replay: replay the logits stored with each buffer sample (MSE)"
     uses_buffer = True
     Settings = DERSettings

@@ -8,6 +8,7 @@ from gcl.methods.base import Method, ReplaySettings, register
 @register
 class ER(Method):
     name = "er"
+    capturable = True
     summary = "Experience Replay: one cross-entropy over the stream batch and a reservoir buffer batch"
     uses_buffer = True
     Settings = ReplaySettings

@@ -28,6 +28,7 @@ def asymmetric_logits(logits: torch.Tensor, y: torch.Tensor, seen: torch.Tensor)
 @register
 class ERACE(Method):
     name = "er-ace"
+    capturable = True
     label = "ER-ACE"
     paper_row = "-"
     summary = ("ER with the asymmetric cross-entropy: the stream batch's loss over the classes in that batch, "

@@ -2,12 +2,14 @@
 import torch
 import torch.nn.functional as F
 
+from gcl.core.backbones import begin_step
 from gcl.methods.base import Method, register
 
 
 @register
 class Joint(Method):
     name = "joint"
+    capturable = True
     summary = "offline upper bound: keeps the stream, then trains on it shuffled for `epochs` passes"
     offline = True
     state_attrs = ("seen_x", "seen_y")   # the stream kept so far
@@ -30,4 +32,5 @@ class Joint(Method):
             perm = torch.randperm(len(xs), generator=self.ctx.generator).to(xs.device)
             for lo in range(0, len(xs), batch):
                 idx = perm[lo:lo + batch]
+                begin_step(self.net)
                 self.sgd_step(F.cross_entropy(self.net(self.ctx.train_transform(xs[idx])), ys[idx]))

@@ -7,6 +7,7 @@ from gcl.methods.base import Method, register
 @register
 class SGD(Method):
     name = "sgd"
+    capturable = True
     summary = "fine-tuning on the stream, no defence against forgetting (lower bound)"
 
     def observe(self, x, y, x_raw):

@@ -59,14 +59,16 @@ def stale_runs(resolved: dict, root: str | Path = "runs") -> list[str]:
     return [p.as_posix() for p in found if p not in listed]
 
 
-ENVIRONMENT = ("torch", "device", "threads", "precision")   # a seed's environment, as summary.csv columns env_*
+ENVIRONMENT = ("torch", "device", "threads", "precision", "compiled")   # a seed's environment: summary.csv's env_*
 
 
 def environments(rows: pd.DataFrame) -> list[str]:
     """The distinct environments of these summary rows, in words, most seeds first."""
-    cols = [f"env_{k}" for k in ENVIRONMENT]
-    counts = rows[cols].fillna("?").astype(str).value_counts()
-    return [f"torch {t}, {d}, {n} thread(s), {p} ({c} seeds)" for (t, d, n, p), c in counts.items()]
+    envs = rows.reindex(columns=[f"env_{k}" for k in ENVIRONMENT])
+    envs["env_compiled"] = envs["env_compiled"].astype(object).fillna("eager")   # results from before compiled backbones
+    counts = envs.fillna("?").astype(str).value_counts()
+    return [f"torch {t}, {d}, {n} thread(s), {p}{'' if m == 'eager' else ', compiled (' + m + ')'} ({c} seeds)"
+            for (t, d, n, p, m), c in counts.items()]
 
 
 def summary_frame(cells: list[RunResult]) -> pd.DataFrame:

@@ -1,0 +1,178 @@
+"""Compiled backbones (torch.compile; CUDA graphs on a GPU): the same training as eager, only where it is safe.
+
+CUDA graphs need a GPU, which CI does not have; these tests run the same compiled path on the CPU. With
+the `aot_eager` backend (dynamo's graph capture and AOT autograd, without code generation) a compiled step
+must match the eager one bit for bit; with inductor (generated C++ kernels) to rounding.
+"""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import synthetic_source
+
+from gcl.core import backbones
+from gcl.core.backbones import MLP, ResNet18, compiled_extract
+from gcl.core.settings import defaults
+from gcl.data.transforms import to_unit_float
+from gcl.methods import METHODS, MethodContext
+from gcl.training.train import compile_mode, run_seed
+
+CPU = torch.device("cpu")
+SETTINGS = {"sgd": {}, "er": {"replay_batch": 6}, "er-ace": {"replay_batch": 6},
+            "derpp": {"replay_batch": 6, "alpha": 0.3, "beta": 0.5}, "coca": {"replay_batch": 6},
+            "clser": {"replay_batch": 6}}
+
+
+@pytest.fixture
+def counted_aot_eager(monkeypatch):
+    """Compile with dynamo + AOT autograd (no code generation, so exact), counting the compiled calls."""
+    calls = []
+
+    def compile_extractor(fn, mode):
+        compiled = torch.compile(fn, backend="aot_eager", dynamic=False)
+
+        def counted(*args):
+            calls.append(args[1].shape)
+            return compiled(*args)
+        return counted
+
+    monkeypatch.setattr(backbones, "compile_extractor", compile_extractor)
+    compiled_extract.cache_clear()
+    yield calls
+    compiled_extract.cache_clear()
+    torch._dynamo.reset()
+
+
+def make(name: str, net: torch.nn.Module, mode: str | None):
+    torch.manual_seed(0)
+    net.compile_mode = mode
+    cls = METHODS[name]
+    cfg = {**defaults(cls.Settings), "lr": 0.05, "batch": 5, **SETTINGS[name]}
+    if cls.uses_buffer:
+        cfg["buffer"] = 20
+    ctx = MethodContext(device=CPU, n_classes=10, train_transform=to_unit_float,
+                        generator=torch.Generator().manual_seed(0), plain_transform=to_unit_float)
+    return cls(net, cfg, ctx)
+
+
+def train_both(name: str, build, steps: int = 12):
+    """The same method, data and random numbers, once eager and once compiled: (losses, states) of each."""
+    src = synthetic_source(per_class=8)
+    order = torch.randperm(len(src["train_y"]), generator=torch.Generator().manual_seed(1))
+    out = []
+    for mode in (None, "default"):
+        torch.manual_seed(0)
+        net = build()
+        m = make(name, net, mode)
+        torch.manual_seed(2)   # the method's own random draws (augmentations, pretext) start alike
+        losses = []
+        for step in range(steps):
+            idx = order[step * 5:(step + 1) * 5]
+            x_raw, y = src["train_x"][idx], src["train_y"][idx]
+            if x_raw.shape[1:] != net_input(net):
+                x_raw = F.interpolate(x_raw.float(), size=net_input(net)[1:]).to(torch.uint8).expand(-1, 3, -1, -1)
+            losses.append(m.observe(to_unit_float(x_raw), y, x_raw))
+        out.append((torch.stack(losses), m.state_dict()))
+    return out
+
+
+def net_input(net):
+    return (1, 28, 28) if isinstance(net, MLP) else (3, 8, 8)
+
+
+def assert_same_state(a, b, exact: bool):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert_same_state(a[k], b[k], exact)
+    elif isinstance(a, torch.Tensor):
+        if exact:
+            assert torch.equal(a, b)
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    else:
+        assert a == b
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_a_compiled_mlp_trains_exactly_as_the_eager_one(name, counted_aot_eager):
+    (eager_loss, eager_state), (compiled_loss, compiled_state) = train_both(name, lambda: MLP((1, 28, 28), 10))
+    assert counted_aot_eager, "the compiled extractor was never called"
+    assert torch.equal(eager_loss, compiled_loss)
+    assert_same_state(eager_state, compiled_state, exact=True)
+
+
+def test_batchnorm_statistics_move_alike_through_a_compiled_resnet(counted_aot_eager):
+    """ResNet-18's running statistics are updated in place inside the compiled graph: they must end alike."""
+    (eager_loss, eager_state), (compiled_loss, compiled_state) = train_both(
+        "derpp", lambda: ResNet18((3, 8, 8), 10), steps=4)
+    assert len(counted_aot_eager) >= 4 * 2   # stream and buffer batches, one forward each (BatchNorm)
+    torch.testing.assert_close(eager_loss, compiled_loss, rtol=1e-5, atol=1e-6)
+    assert_same_state(eager_state, compiled_state, exact=False)
+    assert not torch.equal(eager_state["net"]["stem.1.running_mean"], torch.zeros(64))
+
+
+def test_inductor_kernels_train_as_eager_to_rounding():
+    """The real CPU code path (generated C++ kernels): the same training up to floating-point rounding."""
+    compiled_extract.cache_clear()
+    try:
+        (eager_loss, eager_state), (compiled_loss, compiled_state) = train_both(
+            "er", lambda: MLP((1, 28, 28), 10), steps=6)
+    finally:
+        compiled_extract.cache_clear()
+        torch._dynamo.reset()
+    torch.testing.assert_close(eager_loss, compiled_loss, rtol=1e-5, atol=1e-6)
+    assert_same_state(eager_state, compiled_state, exact=False)
+
+
+def test_evaluation_and_no_grad_passes_stay_eager(counted_aot_eager):
+    net = MLP((1, 28, 28), 10)
+    net.compile_mode = "default"
+    x = torch.rand(3, 1, 28, 28)
+    net.eval()
+    net(x)
+    net.train()
+    with torch.no_grad():
+        net(x)
+    assert counted_aot_eager == []
+    net(x).sum().backward()
+    assert counted_aot_eager == [x.shape]
+
+
+def test_a_copy_of_a_compiled_network_computes_with_its_own_weights(counted_aot_eager):
+    """The compiled function takes the network as an argument: a deep copy (LwF's old network, CLS-ER's memories)
+    must not call back into the network it was copied from."""
+    net = MLP((1, 28, 28), 10)
+    net.compile_mode = "default"
+    x = torch.rand(4, 1, 28, 28)
+    net(x)
+    twin = copy.deepcopy(net)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.mul_(-2.0)
+    assert torch.equal(twin(x), twin.classifier(twin.extract(x)))
+    assert not torch.allclose(twin(x), net(x))
+
+
+def test_compile_mode_follows_the_setting_the_device_and_the_method():
+    er, gss = METHODS["er"], METHODS["gss"]
+    cuda = torch.device("cuda")
+    assert compile_mode("auto", CPU, er) is None            # a CPU run stays eager (and identical to before)
+    assert compile_mode("auto", cuda, er) == "reduce-overhead"
+    assert compile_mode(True, CPU, er) == "default"
+    assert compile_mode(False, cuda, er) is None
+    assert compile_mode(True, cuda, gss) is None             # vmap'd per-sample gradients: never compiled
+    assert {n for n, c in METHODS.items() if c.capturable} == {
+        "sgd", "joint", "er", "er-ace", "der", "derpp", "coca", "clser"}
+
+
+def test_a_compiled_seed_scores_as_the_eager_one_and_says_so(tiny_mnist360, counted_aot_eager):
+    bench, cfg = tiny_mnist360
+    run = {"benchmark": "mnist-360", "method": "er", "algorithm": "er", "buffer": 50, "lr": 0.1,
+           "batch": 4, "replay_batch": 8}
+    eager = run_seed(bench, cfg, run, 0, CPU)
+    compiled = run_seed(bench, {**cfg, "compile": True}, run, 0, CPU)
+    assert counted_aot_eager
+    assert compiled.acc_matrix == eager.acc_matrix and compiled.loss_curve == eager.loss_curve
+    assert eager.environment["compiled"] == "eager" and compiled.environment["compiled"] == "default"

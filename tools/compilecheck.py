@@ -1,0 +1,141 @@
+"""Does a compiled backbone train as the eager one on this machine, and how much faster? Side by side, per method.
+
+    python tools/compilecheck.py                                   # profiles/paper.yaml's seq-cifar10 ER, DER++, CoCa
+    python tools/compilecheck.py --benchmarks seq-cifar100 --methods coca --steps 400 --bf16
+
+For each (benchmark, method) pair (the run with its largest buffer), seed 0 trains the first `--steps` steps of
+its real stream twice through the training loop, once eager and once compiled (the benchmarks' `compile`
+setting; on a GPU CUDA graphs), from the same initial network and the same random numbers, on random images of
+the real shape (tools/synthetic.py). Printed per pair:
+
+- ms/step of each, over the steps after the first `--warmup` (which hold the compilation and the recording of
+  the CUDA graphs; their cost is printed apart, as seconds);
+- the first step's loss in each: the same inputs through the same arithmetic, so they may differ by rounding only;
+- the largest relative loss difference over the first 10 steps, and the mean loss over the last 50 steps of
+  each: rounding differences grow as training goes on, but the two must keep training alike.
+
+A pair whose first losses differ by more than `--tolerance` (relative) is flagged, and the exit status is 1.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gridcost import Quiet, cells_of  # noqa: E402
+from synthetic import SOURCE_SHAPES, random_benchmark, random_source  # noqa: E402
+
+from gcl.config import load_params, resolve_run  # noqa: E402
+from gcl.methods import METHODS  # noqa: E402
+from gcl.training.progress import StreamProgress  # noqa: E402
+from gcl.training.train import setup_seed  # noqa: E402
+
+
+def first_steps(stream, steps: int):
+    """The stream cut to its first `steps` steps, evaluated once at the end, without task boundaries."""
+    steps = min(steps, stream.steps)
+    return dataclasses.replace(stream, bounds=stream.bounds[:steps + 1], eval_after=[steps - 1], task_ends=[],
+                               task_classes=None)
+
+
+def train(spec: dict, bench: dict, device: torch.device, compiled: bool, steps: int, warmup: int) -> dict:
+    """Losses of every step and the wall time of the steps after `warmup` (and of the first `warmup`)."""
+    bench_cfg = {**spec["benchmark"], "compile": compiled}
+    s = setup_seed(bench, bench_cfg, spec["run"], 0, device)
+    loop = s.loop
+    loop.stream = first_steps(s.stream, steps)
+    losses, marks = [], []
+    observe = s.method.observe
+
+    def observed(*args):
+        if len(losses) in (0, warmup):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            marks.append(time.perf_counter())
+        loss = observe(*args)
+        losses.append(loss)
+        if len(losses) == loop.stream.steps:   # the last step: the evaluation that follows is not timed
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            marks.append(time.perf_counter())
+        return loss
+
+    s.method.observe = observed
+    loop.run(StreamProgress(Quiet(spec["key"]), loop.stream, False, 1, 0))
+    start, timed_from, end = marks
+    return {"losses": torch.stack(losses).float().cpu(), "warmup_s": timed_from - start,
+            "ms_step": 1e3 * (end - timed_from) / (len(losses) - warmup), "compiled": s.net.compile_mode}
+
+
+def compare(eager: dict, compiled: dict) -> dict:
+    a, b = eager["losses"], compiled["losses"]
+    rel = ((a - b).abs() / a.abs().clamp(min=1e-12))
+    tail = min(50, len(a))
+    return {"eager_ms": eager["ms_step"], "compiled_ms": compiled["ms_step"],
+            "speedup": eager["ms_step"] / compiled["ms_step"], "compile_s": compiled["warmup_s"] - eager["warmup_s"],
+            "first_eager": float(a[0]), "first_compiled": float(b[0]), "first_rel": float(rel[0]),
+            "rel_10": float(rel[:10].max()), "tail_eager": float(a[-tail:].mean()),
+            "tail_compiled": float(b[-tail:].mean()), "mode": compiled["compiled"]}
+
+
+def main(argv=None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profile", default="profiles/paper.yaml")
+    p.add_argument("--benchmarks", default="seq-cifar10", help="comma-separated benchmarks of the profile")
+    p.add_argument("--methods", default="er,derpp,coca", help="comma-separated methods (keys of methods:)")
+    p.add_argument("--steps", type=int, default=300, help="stream steps trained each way")
+    p.add_argument("--warmup", type=int, default=30, help="first steps left out of the step time")
+    p.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda or cuda:N")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast in both (the benchmarks' bf16 setting)")
+    p.add_argument("--tolerance", type=float, default=1e-3, help="largest relative difference of the first loss")
+    args = p.parse_args(argv)
+    if args.warmup >= args.steps:
+        p.error("--warmup must be smaller than --steps")
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    params = load_params(args.profile)
+    split = lambda s: [x for x in s.split(",") if x]
+    pairs = cells_of(params, split(args.benchmarks), split(args.methods))
+    if not pairs:
+        p.error("no run of the profile matches --benchmarks / --methods")
+    rows, benches = [], {}
+    for (bench_name, method), keys in pairs.items():
+        spec = resolve_run(params, keys[0])
+        spec["benchmark"] = {**spec["benchmark"], "bf16": args.bf16}
+        if not METHODS[spec["run"]["algorithm"]].capturable or METHODS[spec["run"]["algorithm"]].offline:
+            print(f"{bench_name} {method}: not compiled (eager only, or trains after the stream); skipped")
+            continue
+        if bench_name not in benches:
+            source = spec["data"]["source"]
+            benches[bench_name] = random_benchmark(spec["data"], random_source(SOURCE_SHAPES[source]))
+        eager = train(spec, benches[bench_name], device, False, args.steps, args.warmup)
+        compiled = train(spec, benches[bench_name], device, True, args.steps, args.warmup)
+        rows.append({"benchmark": bench_name, "method": method, **compare(eager, compiled)})
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    print(f"{args.profile} on {name}, torch {torch.__version__}, {'bf16' if args.bf16 else 'fp32'}; {args.steps} "
+          f"steps each way, step times after {args.warmup}")
+    head = (f"{'benchmark':<16}{'method':<10}{'mode':<17}{'eager ms':>9}{'comp. ms':>9}{'x':>6}{'compile s':>10}"
+            f"{'loss[0] eager':>14}{'compiled':>10}{'rel[0]':>9}{'rel<=10':>9}{'tail eager':>11}{'compiled':>9}")
+    print(head)
+    print("-" * len(head))
+    bad = []
+    for r in rows:
+        flag = " !" if r["first_rel"] > args.tolerance else ""
+        if flag:
+            bad.append(r)
+        print(f"{r['benchmark']:<16}{r['method']:<10}{r['mode']:<17}{r['eager_ms']:>9.2f}{r['compiled_ms']:>9.2f}"
+              f"{r['speedup']:>6.2f}{r['compile_s']:>10.1f}{r['first_eager']:>14.5f}{r['first_compiled']:>10.5f}"
+              f"{r['first_rel']:>9.1e}{r['rel_10']:>9.1e}{r['tail_eager']:>11.4f}{r['tail_compiled']:>9.4f}{flag}")
+    if bad:
+        print(f"the first loss differs beyond {args.tolerance} for: " + ", ".join(f"{r['benchmark']}/{r['method']}"
+                                                                          for r in bad))
+        raise SystemExit(1)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
