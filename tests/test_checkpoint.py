@@ -171,3 +171,26 @@ def test_random_states_round_trip(tmp_path):
     restore_rng_states(ckpt.load(print)["rng"], g, CPU)
     again = (torch.rand(3, generator=g), random.random(), np.random.rand(), torch.rand(2))
     assert torch.equal(draws[0], again[0]) and draws[1:3] == again[1:3] and torch.equal(draws[3], again[3])
+
+
+@pytest.mark.parametrize("stop", [10, 25])
+def test_a_compiled_seed_resumes_with_the_same_steps_compiled(stop, seq, monkeypatch, tmp_path):
+    """The loop's first EAGER_STEPS steps run eager even where the backbone is compiled: a seed resumed before
+    or after that point must compile exactly the steps the uninterrupted seed compiled. The stand-in compiler
+    here scales the features, so a step compiled on one side only would change the numbers."""
+    from gcl.core import backbones
+    from gcl.training.train import EAGER_STEPS
+    assert 10 < EAGER_STEPS < 25   # one stop before the eager steps end, one after
+    monkeypatch.setattr(backbones, "compile_extractor", lambda fn, mode: lambda net, x: 1.5 * fn(net, x))
+    backbones.compiled_extract.cache_clear()
+    bench, cfg = seq
+    cfg = {**cfg, "compile": True}
+    run = run_cfg("er")
+    try:
+        plain = run_seed(bench, cfg, run, 0, CPU)
+        eager = run_seed(bench, {**cfg, "compile": False}, run, 0, CPU)
+        assert plain.loss_curve != eager.loss_curve and plain.steps > 25   # the stand-in changes the numbers
+        resumed, _ = interrupted_run(monkeypatch, tmp_path, bench, cfg, run, stop=stop, every=0.0)
+    finally:
+        backbones.compiled_extract.cache_clear()
+    same_numbers(plain, resumed)

@@ -16,7 +16,7 @@ from gcl.core.backbones import MLP, ResNet18, compiled_extract
 from gcl.core.settings import defaults
 from gcl.data.transforms import to_unit_float
 from gcl.methods import METHODS, MethodContext
-from gcl.training.train import compile_mode, run_seed
+from gcl.training.train import EAGER_STEPS, compile_mode, run_seed
 
 CPU = torch.device("cpu")
 SETTINGS = {"sgd": {}, "er": {"replay_batch": 6}, "er-ace": {"replay_batch": 6},
@@ -173,6 +173,22 @@ def test_a_compiled_seed_scores_as_the_eager_one_and_says_so(tiny_mnist360, coun
            "batch": 4, "replay_batch": 8}
     eager = run_seed(bench, cfg, run, 0, CPU)
     compiled = run_seed(bench, {**cfg, "compile": True}, run, 0, CPU)
-    assert counted_aot_eager
+    # one forward per step (stream + replayed batch together), compiled from the loop's step EAGER_STEPS on: the
+    # buffer's filling steps, each with another replayed size, are never compiled
+    assert len(counted_aot_eager) == compiled.steps - EAGER_STEPS > 0
+    assert len(set(counted_aot_eager)) <= 2   # the full batch and a segment's last, shorter one
     assert compiled.acc_matrix == eager.acc_matrix and compiled.loss_curve == eager.loss_curve
     assert eager.environment["compiled"] == "eager" and compiled.environment["compiled"] == "default"
+
+
+def test_bf16_autocast_reaches_inside_the_compiled_graph(tiny_mnist360, counted_aot_eager):
+    """bf16 autocast is entered around each step; the compiled passes must run under it as the eager ones do."""
+    bench, cfg = tiny_mnist360
+    run = {"benchmark": "mnist-360", "method": "er", "algorithm": "er", "buffer": 50, "lr": 0.1,
+           "batch": 4, "replay_batch": 8}
+    eager = run_seed(bench, {**cfg, "bf16": True}, run, 0, CPU)
+    compiled = run_seed(bench, {**cfg, "bf16": True, "compile": True}, run, 0, CPU)
+    fp32 = run_seed(bench, {**cfg, "compile": True}, run, 0, CPU)
+    assert counted_aot_eager
+    assert compiled.loss_curve == eager.loss_curve and compiled.acc_matrix == eager.acc_matrix
+    assert compiled.loss_curve != fp32.loss_curve

@@ -102,7 +102,8 @@ def test_compile_reaches_the_timed_cells(gridcost, tmp_path, monkeypatch):
 
     monkeypatch.setattr(backbones, "compile_extractor", compile_extractor)
     backbones.compiled_extract.cache_clear()
-    argv = ["--profile", str(write_profile(tmp_path)), "--methods", "er", "--steps", "2", "--warmup", "2",
+    # the first task holds 18 steps (3 epochs of 6); the loop's first 20 steps are eager
+    argv = ["--profile", str(write_profile(tmp_path)), "--methods", "er", "--steps", "4", "--warmup", "18",
             "--device", "cpu", "--threads", "1"]
     try:
         gridcost.main(argv + ["--compile", "off"])
@@ -125,9 +126,9 @@ def test_compilecheck_passes_a_faithful_compile_and_flags_a_wrong_one(gridcost, 
     from gcl.core import backbones
     compilecheck = load_tool("compilecheck")
     faithful = lambda fn, mode: torch.compile(fn, backend="aot_eager", dynamic=False)
-    wrong = lambda fn, mode: lambda net, x: 1.01 * fn(net, x)    # what a stale or mis-captured graph would do
-    argv = ["--profile", str(write_profile(tmp_path)), "--benchmarks", "b", "--methods", "er,joint", "--steps", "6",
-            "--warmup", "2", "--device", "cpu"]
+    wrong = lambda fn, mode: lambda net, x: 1.5 * fn(net, x)    # what a stale or mis-captured graph would do
+    argv = ["--profile", str(write_profile(tmp_path)), "--benchmarks", "b", "--methods", "er,joint", "--steps", "26",
+            "--warmup", "20", "--device", "cpu"]
     try:
         monkeypatch.setattr(backbones, "compile_extractor", faithful)
         backbones.compiled_extract.cache_clear()

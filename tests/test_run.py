@@ -144,3 +144,23 @@ def test_a_failed_metrics_write_keeps_every_seed_for_the_rerun(project, monkeypa
     monkeypatch.setattr(run_module, "run_seed", lambda *a, **kw: (calls.append(a[3]), original_seed(*a, **kw))[1])
     out = train_run(project)
     assert calls == [] and (out.parent / "features.pt").exists()
+
+
+def _compile_threads() -> str | None:
+    import os
+    return os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
+
+
+def test_seed_workers_share_the_cores_for_kernel_compilation(monkeypatch):
+    """Each of several seed workers compiles kernels with its share of the cores, unless the user set a number."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from gcl.training.run import start_worker
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=context, initializer=start_worker, initargs=(3,)) as pool:
+        assert pool.submit(_compile_threads).result() == "3"
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "5")
+    with ProcessPoolExecutor(1, mp_context=context, initializer=start_worker, initargs=(3,)) as pool:
+        assert pool.submit(_compile_threads).result() == "5"

@@ -8,13 +8,14 @@ its real stream twice through the training loop, once eager and once compiled (t
 setting; on a GPU CUDA graphs), from the same initial network and the same random numbers, on random images of
 the real shape (tools/synthetic.py). Printed per pair:
 
-- ms/step of each, over the steps after the first `--warmup` (which hold the compilation and the recording of
-  the CUDA graphs; their cost is printed apart, as seconds);
-- the first step's loss in each: the same inputs through the same arithmetic, so they may differ by rounding only;
-- the largest relative loss difference over the first 10 steps, and the mean loss over the last 50 steps of
-  each: rounding differences grow as training goes on, but the two must keep training alike.
+- ms/step of each, over the steps after the first `--warmup` (the loop's first 20 steps are eager in both; then
+  come the compilation and the recording of the CUDA graphs, whose cost is printed apart, as seconds);
+- the loss of the first compiled step in each: the same network and inputs through the same arithmetic (the
+  eager steps before it are identical), so they may differ by rounding only;
+- the largest relative loss difference over the 10 steps from there, and the mean loss over the last 50 steps
+  of each: rounding differences grow as training goes on, but the two must keep training alike.
 
-A pair whose first losses differ by more than `--tolerance` (relative) is flagged, and the exit status is 1.
+A pair whose first compiled losses differ by more than `--tolerance` (relative) is flagged; the exit status is 1.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from synthetic import SOURCE_SHAPES, random_benchmark, random_source  # noqa: E4
 from gcl.config import load_params, resolve_run  # noqa: E402
 from gcl.methods import METHODS  # noqa: E402
 from gcl.training.progress import StreamProgress  # noqa: E402
-from gcl.training.train import setup_seed  # noqa: E402
+from gcl.training.train import EAGER_STEPS, setup_seed  # noqa: E402
 
 
 def first_steps(stream, steps: int):
@@ -73,7 +74,7 @@ def train(spec: dict, bench: dict, device: torch.device, compiled: bool, steps: 
 
 
 def compare(eager: dict, compiled: dict) -> dict:
-    a, b = eager["losses"], compiled["losses"]
+    a, b = eager["losses"][EAGER_STEPS:], compiled["losses"][EAGER_STEPS:]   # the steps a compiled backbone runs
     rel = ((a - b).abs() / a.abs().clamp(min=1e-12))
     tail = min(50, len(a))
     return {"eager_ms": eager["ms_step"], "compiled_ms": compiled["ms_step"],
@@ -89,13 +90,14 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--benchmarks", default="seq-cifar10", help="comma-separated benchmarks of the profile")
     p.add_argument("--methods", default="er,derpp,coca", help="comma-separated methods (keys of methods:)")
     p.add_argument("--steps", type=int, default=300, help="stream steps trained each way")
-    p.add_argument("--warmup", type=int, default=30, help="first steps left out of the step time")
+    p.add_argument("--warmup", type=int, default=40, help="first steps left out of the step time (the loop's "
+                   "first 20 are eager in both, then the compiled backbone compiles)")
     p.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda or cuda:N")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast in both (the benchmarks' bf16 setting)")
     p.add_argument("--tolerance", type=float, default=1e-3, help="largest relative difference of the first loss")
     args = p.parse_args(argv)
-    if args.warmup >= args.steps:
-        p.error("--warmup must be smaller than --steps")
+    if not EAGER_STEPS <= args.warmup < args.steps:
+        p.error(f"--warmup must be at least {EAGER_STEPS} (the eager first steps) and smaller than --steps")
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     params = load_params(args.profile)
     split = lambda s: [x for x in s.split(",") if x]

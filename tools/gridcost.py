@@ -31,6 +31,7 @@ import argparse
 import dataclasses
 import math
 import multiprocessing
+import os
 import sys
 import time
 from pathlib import Path
@@ -208,6 +209,8 @@ def measure(profile: str, pairs: dict, device: str, warmup: int, steps: int, pro
         results = [time_cells(profile, pairs, shapes, device, warmup, steps, overrides, trace=trace)]
     else:
         ctx = multiprocessing.get_context("spawn")
+        # each process compiles kernels (--compile) with its share of the cores, as a run's seed workers do
+        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, (os.cpu_count() or 1) // processes)))
         barrier, queue = ctx.Barrier(processes), ctx.Queue()
         procs = [ctx.Process(target=time_cells, args=(profile, pairs, shapes, device, warmup, steps, overrides,
                                                       barrier, queue)) for _ in range(processes)]
@@ -282,7 +285,8 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--benchmarks", default="", help="comma-separated benchmarks of the profile (default: all)")
     p.add_argument("--methods", default="", help="comma-separated methods (keys of methods:) (default: all)")
     p.add_argument("--steps", type=int, default=100, help="timed steps per cell")
-    p.add_argument("--warmup", type=int, default=20, help="steps of the first task before the boundary")
+    p.add_argument("--warmup", type=int, default=40, help="steps of the first task before the boundary (compiled "
+                   "backbones: the loop's first 20 steps are eager, then each shape compiles)")
     p.add_argument("--processes", type=int, default=1, help="processes timing every cell at once on the device")
     p.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda or cuda:N")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast (the benchmarks' bf16 setting)")

@@ -12,7 +12,7 @@ from torch import nn
 
 
 def compile_extractor(fn: Callable, mode: str) -> Callable:
-    """torch.compile with fixed shapes (a new shape is a new graph, not a symbolic one: CUDA graphs need fixed shapes)."""
+    """torch.compile with fixed shapes: a new shape is a new graph, not a symbolic one (CUDA graphs need fixed ones)."""
     return torch.compile(fn, mode=mode, dynamic=False)
 
 
@@ -22,15 +22,22 @@ def _extract(net: Backbone, x: torch.Tensor) -> torch.Tensor:
 
 @lru_cache(maxsize=None)
 def compiled_extract(mode: str) -> Callable:
-    """One compiled `_extract` per mode and process. The network is an argument, not a closure: dynamo guards on
-    it, so a deep copy of a compiled network (LwF's old network, an EMA copy) computes with its own weights."""
+    """One compiled `_extract` per mode and process. The network is an argument, not a closure: its weights are
+    the graph's inputs, so a deep copy of a compiled network (an EMA copy, an old network) computes with its own
+    weights, and every network of one class (each seed's) shares the graphs."""
     return compile_extractor(_extract, mode)
 
 
-def begin_step(net: nn.Module) -> None:
-    """Tell CUDA graphs that a training step begins, so that the previous step's graph outputs may be reused
-    (they are consumed within their step); without compiled CUDA graphs nothing to do."""
-    if getattr(net, "compile_mode", None) == "reduce-overhead":
+def begin_step(net: nn.Module, eager: bool = False) -> None:
+    """A training step begins. `eager`: run this step's passes eagerly even if the backbone is compiled (the loop's
+    first steps, while the buffer fills and each step's replayed batch has a new size: compiling a shape that
+    never recurs wastes the compilation and dynamo's limit of 8 graphs per function). With CUDA graphs, the
+    previous step's graph outputs may now be reused (they are consumed within their step)."""
+    mode = getattr(net, "compile_mode", None)
+    if mode is None:
+        return
+    net.eager_for_now = eager
+    if mode == "reduce-overhead":
         torch.compiler.cudagraph_mark_step_begin()
 
 
@@ -44,12 +51,13 @@ class Backbone(nn.Module):
 
     feat_dim: int
     compile_mode: str | None = None
+    eager_for_now: bool = False      # set per step by begin_step
 
     def extract(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        if self.compile_mode is not None and self.training and torch.is_grad_enabled():
+        if self.compile_mode is not None and not self.eager_for_now and self.training and torch.is_grad_enabled():
             return compiled_extract(self.compile_mode)(self, x)
         return self.extract(x)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import multiprocessing
+import os
 import shutil
 import statistics
 from collections.abc import Callable
@@ -62,6 +63,14 @@ def _train_seed(key: str, bench_path: str, digest: str, data_cfg: dict, bench_cf
         return run_seed(bench, bench_cfg, run_cfg, seed, device, feature_samples, progress, checkpoint)
     except DivergenceError as exc:
         raise DivergenceError(f"run {key}, seed {seed}: {exc}") from None
+
+
+def start_worker(compile_threads: int) -> None:
+    """A seed worker's first act: it dies with its parent, and torch.compile compiles kernels with its share of
+    the cores (by default each process would start a compiler pool of one process per core: 16 workers on 16
+    cores would start 256). A value set by the user is kept."""
+    die_with_parent()
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(compile_threads))
 
 
 class InProcess:
@@ -147,7 +156,8 @@ def _train_run(spec: dict, workers: int | str, threads: int, checkpoint_minutes:
     if workers > 1:   # seeds are independent: spread them over processes (CPU cores, or GPUs)
         # fork starts a worker in milliseconds (the parent has run no torch op yet); CUDA needs spawn
         context = multiprocessing.get_context("fork" if device.type == "cpu" else "spawn")
-        executor = ProcessPoolExecutor(workers, mp_context=context, initializer=die_with_parent)
+        executor = ProcessPoolExecutor(workers, mp_context=context, initializer=start_worker,
+                                       initargs=(max(1, (os.cpu_count() or 1) // workers),))
     else:
         executor = InProcess()
     with executor as pool:

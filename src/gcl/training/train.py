@@ -88,6 +88,11 @@ class SeedSetup:
     amp: Callable[[], contextlib.AbstractContextManager]
 
 
+# a compiled backbone's first steps run eagerly: while the buffer fills, each step replays a batch of another size
+# (at batch 1 and 16 replayed samples, 16 sizes), and each new size would be compiled for one use
+EAGER_STEPS = 20
+
+
 def compile_mode(setting: bool | str, device: torch.device, method_cls: type[Method]) -> str | None:
     """The torch.compile mode of a seed's backbone (None: eager). `auto` compiles on a GPU only: there CUDA graphs
     ("reduce-overhead") remove the kernel-launch cost that dominates a small-batch step, while on a CPU a compiled
@@ -249,7 +254,7 @@ class StreamLoop:
         for step in range(self.step, stream.steps):
             idx = order[bounds[step]:bounds[step + 1]]
             x_raw, y = self.pool[idx], self.labels[idx]
-            begin_step(method.net)
+            begin_step(method.net, eager=step < EAGER_STEPS)
             with amp():
                 loss = method.observe(self.train_transform(x_raw), y, x_raw)
             self.loss_sum += loss
