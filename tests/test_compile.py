@@ -16,6 +16,8 @@ from gcl.core.backbones import MLP, ResNet18, compiled_extract
 from gcl.core.settings import defaults
 from gcl.data.transforms import to_unit_float
 from gcl.methods import METHODS, MethodContext
+from gcl.core.errors import UserError
+from gcl.training import train
 from gcl.training.train import EAGER_STEPS, compile_mode, run_seed
 
 CPU = torch.device("cpu")
@@ -155,9 +157,10 @@ def test_a_copy_of_a_compiled_network_computes_with_its_own_weights(counted_aot_
     assert not torch.allclose(twin(x), net(x))
 
 
-def test_compile_mode_follows_the_setting_the_device_and_the_method():
+def test_compile_mode_follows_the_setting_the_device_and_the_method(monkeypatch):
     er, gss = METHODS["er"], METHODS["gss"]
     cuda = torch.device("cuda")
+    monkeypatch.setattr(train, "triton_available", lambda device: True)
     assert compile_mode("auto", CPU, er) is None            # a CPU run stays eager (and identical to before)
     assert compile_mode("auto", cuda, er) == "reduce-overhead"
     assert compile_mode(True, CPU, er) == "default"
@@ -165,6 +168,12 @@ def test_compile_mode_follows_the_setting_the_device_and_the_method():
     assert compile_mode(True, cuda, gss) is None             # vmap'd per-sample gradients: never compiled
     assert {n for n, c in METHODS.items() if c.capturable} == {
         "sgd", "joint", "er", "er-ace", "der", "derpp", "coca", "clser"}
+    # a GPU without Triton: auto trains eager; an explicit true says what is missing
+    monkeypatch.setattr(train, "triton_available", lambda device: False)
+    assert compile_mode("auto", cuda, er) is None
+    with pytest.raises(UserError, match="compile: true needs Triton on this GPU"):
+        compile_mode(True, cuda, er)
+    assert compile_mode(True, cuda, gss) is None
 
 
 def test_a_compiled_seed_scores_as_the_eager_one_and_says_so(tiny_mnist360, counted_aot_eager):

@@ -44,6 +44,16 @@ def test_an_interrupted_run_resumes_with_its_finished_seeds(project, monkeypatch
     assert not (PROGRESS_DIR / "er-50").exists()        # cleared once the run is complete
 
 
+def test_seeds_finished_eager_are_not_reused_by_a_compiled_attempt(project, monkeypatch):
+    """`compile: auto` resolves per machine (a GPU with Triton compiles): seeds finished eagerly are not taken
+    into an attempt that compiles, nor its checkpoints."""
+    import gcl.training.run as run_module
+    calls = interrupted_at_seed_2(project, monkeypatch)
+    monkeypatch.setattr(run_module, "compile_mode", lambda setting, device, method_cls: "reduce-overhead")
+    train_run(project)   # the seeds themselves train eagerly here (no GPU): only the resolution differs
+    assert calls == [0, 1, 2]
+
+
 def test_a_run_stopped_inside_a_seed_resumes_from_its_checkpoint(project, monkeypatch):
     """The stage is stopped in the middle of seed 1; run again, it reuses seed 0, resumes seed 1 from its last
     checkpoint, and ends with the numbers of a run that never stopped. The checkpoints go once the run is done."""

@@ -1,6 +1,7 @@
 """Which device trains: `device:` of params.yaml parsed and checked, and seeds spread over the visible GPUs."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import re
@@ -88,6 +89,12 @@ def start_mps(say) -> None:
             "the processes share the GPU by time slices")
         return
     say("MPS: started the control daemon (it stays after the run; `echo quit | nvidia-cuda-mps-control` stops it)")
+
+
+def triton_available(device: torch.device) -> bool:
+    """Whether torch.compile can generate kernels for this GPU: Triton is installed and the GPU is of compute
+    capability 7.0 or later."""
+    return importlib.util.find_spec("triton") is not None and torch.cuda.get_device_capability(device) >= (7, 0)
 
 
 def device_name(device: torch.device) -> str:

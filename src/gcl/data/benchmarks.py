@@ -66,7 +66,7 @@ class BenchmarkSettings(Settings):
     channels_last: bool = Field(False, description="channels_last memory format for convolutions (CUDA option)")
     compile: bool | Literal["auto"] = Field(
         "auto", description="torch.compile the backbone's training passes (on a GPU with CUDA graphs) for the methods "
-        "that allow it; auto: on a GPU only (the numbers move by rounding, so a CPU run stays eager)")
+        "that allow it; auto: on a GPU with Triton only (the numbers move by rounding, so a CPU run stays eager)")
 
 
 class Mnist360Settings(BenchmarkSettings):

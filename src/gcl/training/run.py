@@ -29,7 +29,8 @@ from gcl.training.checkpoint import Checkpoint, load_fingerprinted
 from gcl.core.devices import auto_workers, resolve_device, seed_devices, start_mps
 from gcl.core.fingerprint import file_digest, fingerprint
 from gcl.training.progress import Progress
-from gcl.training.train import DivergenceError, run_seed
+from gcl.methods import METHODS
+from gcl.training.train import DivergenceError, compile_mode, run_seed
 
 PROGRESS_DIR = Path(".gcl-progress")
 FEATURE_SAMPLES = 1000   # evaluation images whose final features are kept (first seed) for t-SNE
@@ -123,9 +124,11 @@ def _train_run(spec: dict, workers: int | str, threads: int, checkpoint_minutes:
     log.log.unlink(missing_ok=True)
     data_digest = file_digest(bench_path)   # the benchmark's bytes, read once for every seed
 
+    compiled = compile_mode(bench_cfg.get("compile", "auto"), device, METHODS[run_cfg["algorithm"]])
     seeds, todo = {}, []
     for i, seed in enumerate(spec["seeds"]):
-        seed_print = fingerprint(run_cfg, bench_cfg, seed, device.type, data_digest)
+        # the compile mode as resolved here: `auto` may compile on one machine and not on another
+        seed_print = fingerprint(run_cfg, bench_cfg, seed, device.type, data_digest, compiled)
         done = progress / f"seed-{seed}-{seed_print}.json"
         say = log.for_seed(seed).say
         earlier = _earlier_result(done, say)

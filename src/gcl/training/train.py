@@ -18,7 +18,7 @@ from gcl.methods import METHODS, MethodContext
 from gcl.methods.base import Method, TaskData
 from gcl.core.backbones import begin_step, build_backbone
 from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
-from gcl.core.devices import environment
+from gcl.core.devices import environment, triton_available
 from gcl.training.evaluate import Evaluator, summarise
 from gcl.training.progress import Progress, StreamProgress
 
@@ -99,7 +99,14 @@ def compile_mode(setting: bool | str, device: torch.device, method_cls: type[Met
     step would move the numbers by rounding for little gain. Methods that are not `capturable` stay eager."""
     if not method_cls.capturable or setting is False or (setting == "auto" and device.type != "cuda"):
         return None
-    return "reduce-overhead" if device.type == "cuda" else "default"
+    if device.type != "cuda":
+        return "default"
+    if not triton_available(device):
+        if setting == "auto":
+            return None
+        raise UserError("compile: true needs Triton on this GPU (pip install triton; compute capability 7.0 or "
+                        "later): install it, or set the benchmark's compile to auto (eager here) or false")
+    return "reduce-overhead"
 
 
 def setup_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: torch.device) -> SeedSetup:
