@@ -5,6 +5,7 @@ the `aot_eager` backend (dynamo's graph capture and AOT autograd, without code g
 must match the eager one bit for bit; with inductor (generated C++ kernels) to rounding.
 """
 import copy
+import shutil
 
 import pytest
 import torch
@@ -115,6 +116,7 @@ def test_batchnorm_statistics_move_alike_through_a_compiled_resnet(counted_aot_e
     assert not torch.equal(eager_state["net"]["stem.1.running_mean"], torch.zeros(64))
 
 
+@pytest.mark.skipif(not (shutil.which("g++") or shutil.which("clang++")), reason="inductor's CPU kernels need a C++ compiler")
 def test_inductor_kernels_train_as_eager_to_rounding():
     """The real CPU code path (generated C++ kernels): the same training up to floating-point rounding."""
     compiled_extract.cache_clear()
