@@ -96,6 +96,7 @@ def test_bad_run_settings_name_the_key(change, words):
     ({"benchmarks__mnist-360__epochs": 0}, ["benchmarks.mnist-360.epochs = 0", "greater than 0"]),
     ({"benchmarks__mnist-360__backbone": "vit"}, ["benchmarks.mnist-360.backbone = 'vit'", "'mlp' or 'resnet18'"]),
     ({"benchmarks__mnist-360__validation_fraction": 1.0}, ["validation_fraction = 1.0", "less than 1"]),
+    ({"benchmarks__mnist-360__compile": "yes"}, ["benchmarks.mnist-360.compile = 'yes' is not accepted (bool or 'auto'"]),
     ({"benchmarks__seq__n_tasks": None}, ["benchmarks.seq lacks the key 'n_tasks'"]),
     ({"benchmarks__seq__draw": "with-replacement"}, ["benchmarks.seq has an unknown key 'draw'"]),
     ({"sources__kmnist": {}}, ["sources.kmnist", "known sources"]),
@@ -108,6 +109,7 @@ def test_bad_run_settings_name_the_key(change, words):
     ({"seeds": [0, 0]}, ["seeds must be distinct"]),
     ({"device": "tpu"}, ["params.yaml.device = 'tpu'"]),
     ({"workers": 0}, ["params.yaml.workers = 0", "greater than or equal to 1"]),
+    ({"workers": "many"}, ["params.yaml.workers = 'many'", "(int or 'auto': processes"]),
     ({"wokers": 2}, ["params.yaml has an unknown key 'wokers'"]),
 ])
 def test_bad_data_and_top_level_settings_name_the_key(change, words):

@@ -9,7 +9,8 @@ resolved configuration stored with the results, and generates the settings refer
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, get_args, get_origin
+import types
+from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -26,16 +27,26 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 
 
+def type_in_words(annotation, arm: bool = False) -> str:
+    """A field's type as a reader of params.yaml would say it: `int > 0`'s int, "one of 'a', 'b'", and a union's
+    arms joined by "or" (a one-value Literal arm as the value itself: "int or 'auto'")."""
+    if get_origin(annotation) is Literal:
+        values = get_args(annotation)
+        return repr(values[0]) if arm and len(values) == 1 else "one of " + ", ".join(repr(v) for v in values)
+    if get_origin(annotation) in (Union, types.UnionType):
+        return " or ".join(type_in_words(a, arm=True) for a in get_args(annotation))
+    if annotation is type(None):
+        return "None"
+    kind = getattr(annotation, "__name__", None) or str(annotation)
+    return re.sub(r"\b[a-z_]+\.", "", kind).replace(" | ", " or ")
+
+
 def accepted(model: type[BaseModel], field: str) -> str:
     """What a field accepts, in words: its type, bounds and help."""
     info = model.model_fields.get(field)
     if info is None:
         return ""
-    if get_origin(info.annotation) is Literal:
-        kind = "one of " + ", ".join(repr(a) for a in get_args(info.annotation))
-    else:
-        kind = getattr(info.annotation, "__name__", None) or str(info.annotation)
-        kind = re.sub(r"\b[a-z_]+\.", "", kind).replace(" | ", " or ")
+    kind = type_in_words(info.annotation)
     bounds = []
     for m in info.metadata:
         for attr, sym in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
@@ -54,7 +65,8 @@ def validate(model: type[Settings], data: Any, where: str) -> Settings:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ParamsError("\n".join(_describe_error(model, where, e, data) for e in exc.errors())) from None
+        lines = (_describe_error(model, where, e, data) for e in exc.errors())
+        raise ParamsError("\n".join(dict.fromkeys(lines))) from None   # a union's arms give one line, once
 
 
 def _describe_error(model: type[BaseModel], where: str, error: dict, data: dict) -> str:
@@ -66,7 +78,18 @@ def _describe_error(model: type[BaseModel], where: str, error: dict, data: dict)
     if error["type"] == "missing":
         return f"{where} lacks the key {key!r} ({accepted(model, key)})"
     value = error.get("input")
+    if len(loc) > 1 and _plain_union(model, key):
+        # pydantic reports each arm of the union (`compile.bool`, ...): the key accepts any of them
+        return f"{where}.{key} = {value!r} is not accepted ({accepted(model, key)})"
     return f"{path} = {value!r} is not accepted: {error['msg'].lower()} ({accepted(model, key)})"
+
+
+def _plain_union(model: type[BaseModel], key: str) -> bool:
+    """Whether the field is a union of plain values (no nested settings, whose own keys an error names)."""
+    info = model.model_fields.get(key)
+    if info is None or get_origin(info.annotation) not in (Union, types.UnionType):
+        return False
+    return not any(isinstance(a, type) and issubclass(a, BaseModel) for a in get_args(info.annotation))
 
 
 def defaults_table(model: type[BaseModel]) -> list[dict]:
