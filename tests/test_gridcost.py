@@ -127,8 +127,8 @@ def test_compilecheck_passes_a_faithful_compile_and_flags_a_wrong_one(gridcost, 
     compilecheck = load_tool("compilecheck")
     faithful = lambda fn, mode: torch.compile(fn, backend="aot_eager", dynamic=False)
     wrong = lambda fn, mode: lambda net, x: 1.5 * fn(net, x)    # what a stale or mis-captured graph would do
-    argv = ["--profile", str(write_profile(tmp_path)), "--benchmarks", "b", "--methods", "er,joint", "--steps", "26",
-            "--warmup", "20", "--device", "cpu"]
+    argv = ["--profile", str(write_profile(tmp_path)), "--benchmarks", "b", "--methods", "er,joint", "--steps", "30",
+            "--warmup", "25", "--device", "cpu"]
     try:
         monkeypatch.setattr(backbones, "compile_extractor", faithful)
         backbones.compiled_extract.cache_clear()

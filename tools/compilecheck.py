@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+from tabulate import tabulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gridcost import Quiet, cells_of  # noqa: E402
@@ -96,8 +97,9 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--bf16", action="store_true", help="bf16 autocast in both (the benchmarks' bf16 setting)")
     p.add_argument("--tolerance", type=float, default=1e-3, help="largest relative difference of the first loss")
     args = p.parse_args(argv)
-    if not EAGER_STEPS <= args.warmup < args.steps:
-        p.error(f"--warmup must be at least {EAGER_STEPS} (the eager first steps) and smaller than --steps")
+    if not EAGER_STEPS + 5 <= args.warmup < args.steps:   # compiling, then recording CUDA graphs, takes 2-3 steps
+        p.error(f"--warmup must be at least {EAGER_STEPS + 5} (the loop's {EAGER_STEPS} eager first steps, then the "
+                "compilation) and smaller than --steps")
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     params = load_params(args.profile)
     split = lambda s: [x for x in s.split(",") if x]
@@ -120,18 +122,13 @@ def main(argv=None) -> list[dict]:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"{args.profile} on {name}, torch {torch.__version__}, {'bf16' if args.bf16 else 'fp32'}; {args.steps} "
           f"steps each way, step times after {args.warmup}")
-    head = (f"{'benchmark':<16}{'method':<10}{'mode':<17}{'eager ms':>9}{'comp. ms':>9}{'x':>6}{'compile s':>10}"
-            f"{'loss[0] eager':>14}{'compiled':>10}{'rel[0]':>9}{'rel<=10':>9}{'tail eager':>11}{'compiled':>9}")
-    print(head)
-    print("-" * len(head))
-    bad = []
-    for r in rows:
-        flag = " !" if r["first_rel"] > args.tolerance else ""
-        if flag:
-            bad.append(r)
-        print(f"{r['benchmark']:<16}{r['method']:<10}{r['mode']:<17}{r['eager_ms']:>9.2f}{r['compiled_ms']:>9.2f}"
-              f"{r['speedup']:>6.2f}{r['compile_s']:>10.1f}{r['first_eager']:>14.5f}{r['first_compiled']:>10.5f}"
-              f"{r['first_rel']:>9.1e}{r['rel_10']:>9.1e}{r['tail_eager']:>11.4f}{r['tail_compiled']:>9.4f}{flag}")
+    bad = [r for r in rows if r["first_rel"] > args.tolerance]
+    table = [{"benchmark": r["benchmark"], "method": r["method"], "mode": r["mode"], "eager ms": r["eager_ms"],
+              "compiled ms": r["compiled_ms"], "x": r["speedup"], "compile s": r["compile_s"],
+              "loss eager": r["first_eager"], "loss compiled": r["first_compiled"], "rel. diff": r["first_rel"],
+              "max rel. diff, 10 steps": r["rel_10"], "last 50 eager": r["tail_eager"],
+              "last 50 compiled": r["tail_compiled"], "": "!" if r in bad else ""} for r in rows]
+    print(tabulate(table, headers="keys", floatfmt=".4g"))
     if bad:
         print(f"the first loss differs beyond {args.tolerance} for: " + ", ".join(f"{r['benchmark']}/{r['method']}"
                                                                           for r in bad))
