@@ -30,7 +30,7 @@ def speed(monkeypatch):
     spec.loader.exec_module(module)
     monkeypatch.setattr(module, "PER_CLASS", 8)
     # the real ResNet shapes cost seconds per CPU step; the code path is the same on 8x8 images
-    monkeypatch.setitem(module.PRESETS, "resnet18", dataclasses.replace(module.PRESETS["resnet18"], shape=(3, 8, 8)))
+    monkeypatch.setitem(module.SOURCE_SHAPES, "cifar10", dataclasses.replace(module.SOURCE_SHAPES["cifar10"], image=(3, 8, 8)))
     return module
 
 

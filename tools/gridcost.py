@@ -31,7 +31,6 @@ import argparse
 import dataclasses
 import math
 import multiprocessing
-import os
 import sys
 import time
 from pathlib import Path
@@ -43,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import SOURCE_SHAPES, random_benchmark, random_source  # noqa: E402
 
 from gcl.config import load_params, resolve_run  # noqa: E402
+from gcl.core.devices import compile_threads, share_compile_threads  # noqa: E402
 from gcl.data.benchmarks import kind_of  # noqa: E402
 from gcl.methods import METHODS  # noqa: E402
 from gcl.training.progress import Progress, StreamProgress  # noqa: E402
@@ -209,8 +209,7 @@ def measure(profile: str, pairs: dict, device: str, warmup: int, steps: int, pro
         results = [time_cells(profile, pairs, shapes, device, warmup, steps, overrides, trace=trace)]
     else:
         ctx = multiprocessing.get_context("spawn")
-        # each process compiles kernels (--compile) with its share of the cores, as a run's seed workers do
-        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, (os.cpu_count() or 1) // processes)))
+        share_compile_threads(compile_threads(processes))   # inherited by the processes, as a run's seed workers do
         barrier, queue = ctx.Barrier(processes), ctx.Queue()
         procs = [ctx.Process(target=time_cells, args=(profile, pairs, shapes, device, warmup, steps, overrides,
                                                       barrier, queue)) for _ in range(processes)]

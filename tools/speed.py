@@ -31,11 +31,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from synthetic import SourceShape, random_benchmark, random_source  # noqa: E402
+from synthetic import SOURCE_SHAPES, random_benchmark, random_source  # noqa: E402
 
 from gcl.config import load_params, resolve_run  # noqa: E402
 from gcl.data.benchmarks import kind_of  # noqa: E402
-from gcl.data.image_sources import NORMALIZATION  # noqa: E402
 from gcl.methods import METHODS, MethodContext  # noqa: E402
 from gcl.methods.base import TaskData  # noqa: E402
 from gcl.core.backbones import build_backbone  # noqa: E402
@@ -46,14 +45,13 @@ class Preset:
     profile: str
     benchmark: str
     buffer: int
-    shape: tuple[int, int, int]
-    stats: tuple | None     # the source's normalisation statistics
+    source: str             # a key of SOURCE_SHAPES: the images' shape and normalisation
     steps: dict             # timed steps per round by device type
 
 
 PRESETS = {
-    "mlp": Preset("params.yaml", "seq-mnist", 200, (1, 28, 28), None, {"cpu": 100, "cuda": 200}),
-    "resnet18": Preset("profiles/paper.yaml", "seq-cifar10", 500, (3, 32, 32), NORMALIZATION["cifar10"],
+    "mlp": Preset("params.yaml", "seq-mnist", 200, "mnist-bundled", {"cpu": 100, "cuda": 200}),
+    "resnet18": Preset("profiles/paper.yaml", "seq-cifar10", 500, "cifar10",
                        {"cpu": 2, "cuda": 50}),
 }
 CLASSES, PER_CLASS = 10, 64
@@ -84,8 +82,7 @@ def run_of(params: dict, preset: Preset, method: str) -> str | None:
 
 def synthetic_benchmark(spec: dict, preset: Preset) -> dict:
     """The run's benchmark built from random images of the preset's shape (every setting of the run's own)."""
-    shape = SourceShape(CLASSES, PER_CLASS, 4, preset.shape, preset.stats)
-    return random_benchmark(spec["data"], random_source(shape))
+    return random_benchmark(spec["data"], random_source(SOURCE_SHAPES[preset.source], PER_CLASS, 4))
 
 
 class Batches:
@@ -145,10 +142,11 @@ def method_loop(key: str, params: dict, preset: Preset, args, device: torch.devi
 def bare_loop(batch: int, preset: Preset, args, device: torch.device):
     """Plain PyTorch on the same backbone: forward, cross-entropy, backward, SGD on a pre-augmented batch."""
     torch.manual_seed(0)
-    net = build_backbone(args.backbone, preset.shape, CLASSES, channels_last=args.channels_last).to(device).train()
+    image = SOURCE_SHAPES[preset.source].image
+    net = build_backbone(args.backbone, image, CLASSES, channels_last=args.channels_last).to(device).train()
     params = list(net.parameters())
     g = torch.Generator().manual_seed(0)
-    x = torch.randn((batch, *preset.shape), generator=g).to(device)
+    x = torch.randn((batch, *image), generator=g).to(device)
     y = torch.randint(0, CLASSES, (batch,), generator=g).to(device)
     total = torch.zeros((), device=device)
 

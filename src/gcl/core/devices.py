@@ -57,6 +57,18 @@ def available_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+def compile_threads(processes: int) -> int:
+    """Kernel-compilation threads of each of `processes` processes that share this machine: their share of the
+    cores (torch.compile would otherwise start a compiler pool of one process per core in each of them)."""
+    return max(1, available_cores() // processes)
+
+
+def share_compile_threads(threads: int) -> None:
+    """torch.compile's compiler pool of this process (and of those it starts) takes `threads`; a value the user
+    set is kept. Read when torch.compile first compiles, so it is set before that."""
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(threads))
+
+
 def auto_workers(device: torch.device, seeds: int) -> int:
     """`workers: auto`: processes for `seeds` seeds. On GPUs, as many per GPU as its memory holds at
     PROCESS_GPU_GIB each and the CPU cores feed (one core per process): a ResNet-18 step at batch 32 leaves

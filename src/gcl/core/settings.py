@@ -27,13 +27,17 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 
 
+def _is_union(annotation) -> bool:
+    return get_origin(annotation) in (Union, types.UnionType)   # Optional[X], Union[X, Y] and X | Y
+
+
 def type_in_words(annotation, arm: bool = False) -> str:
     """A field's type as a reader of params.yaml would say it: `int > 0`'s int, "one of 'a', 'b'", and a union's
     arms joined by "or" (a one-value Literal arm as the value itself: "int or 'auto'")."""
     if get_origin(annotation) is Literal:
         values = get_args(annotation)
         return repr(values[0]) if arm and len(values) == 1 else "one of " + ", ".join(repr(v) for v in values)
-    if get_origin(annotation) in (Union, types.UnionType):
+    if _is_union(annotation):
         return " or ".join(type_in_words(a, arm=True) for a in get_args(annotation))
     if annotation is type(None):
         return "None"
@@ -87,7 +91,7 @@ def _describe_error(model: type[BaseModel], where: str, error: dict, data: dict)
 def _plain_union(model: type[BaseModel], key: str) -> bool:
     """Whether the field is a union of plain values (no nested settings, whose own keys an error names)."""
     info = model.model_fields.get(key)
-    if info is None or get_origin(info.annotation) not in (Union, types.UnionType):
+    if info is None or not _is_union(info.annotation):
         return False
     return not any(isinstance(a, type) and issubclass(a, BaseModel) for a in get_args(info.annotation))
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import multiprocessing
-import os
 import shutil
 import statistics
 from collections.abc import Callable
@@ -26,7 +25,8 @@ from gcl.core.layout import benchmark_file, run_dir, run_log
 from gcl.core.results import RunResult, SeedResult
 from gcl.core.processes import RunLock, RunLockedError, die_with_parent
 from gcl.training.checkpoint import Checkpoint, load_fingerprinted
-from gcl.core.devices import auto_workers, resolve_device, seed_devices, start_mps
+from gcl.core.devices import (auto_workers, compile_threads, resolve_device, seed_devices,
+                              share_compile_threads, start_mps)
 from gcl.core.fingerprint import file_digest, fingerprint
 from gcl.training.progress import Progress
 from gcl.methods import METHODS
@@ -68,10 +68,9 @@ def _train_seed(key: str, bench_path: str, digest: str, data_cfg: dict, bench_cf
 
 def start_worker(compile_threads: int) -> None:
     """A seed worker's first act: it dies with its parent, and torch.compile compiles kernels with its share of
-    the cores (by default each process would start a compiler pool of one process per core: 16 workers on 16
-    cores would start 256). A value set by the user is kept."""
+    the cores (16 workers on 16 cores would otherwise start 256 compiler processes)."""
     die_with_parent()
-    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(compile_threads))
+    share_compile_threads(compile_threads)
 
 
 class InProcess:
@@ -160,7 +159,7 @@ def _train_run(spec: dict, workers: int | str, threads: int, checkpoint_minutes:
         # fork starts a worker in milliseconds (the parent has run no torch op yet); CUDA needs spawn
         context = multiprocessing.get_context("fork" if device.type == "cpu" else "spawn")
         executor = ProcessPoolExecutor(workers, mp_context=context, initializer=start_worker,
-                                       initargs=(max(1, (os.cpu_count() or 1) // workers),))
+                                       initargs=(compile_threads(workers),))
     else:
         executor = InProcess()
     with executor as pool:
