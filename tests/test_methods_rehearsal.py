@@ -247,14 +247,54 @@ def test_icarl_takes_the_reference_step_count_at_a_large_buffer():
     assert sizes == [5] * 8 + [4] and len(sizes) == math.ceil((24 + 20) / 5)
 
 
-def test_icarl_replays_every_exemplar_about_once_per_pass():
+def _icarl_passes(m, data: TaskData, passes: int) -> tuple[list[int], list[list[int]]]:
+    """`passes` passes over `data` in stream batches of 5 (the last one shorter), as the stream cuts them;
+    the sizes of the SGD batches iCaRL trained, and the exemplars each pass replayed."""
+    sizes, replayed = [], []
+    loss, pick = m.loss, m._exemplars_of_step
+
+    def counted_loss(x, y):
+        sizes.append(len(y))
+        return loss(x, y)
+
+    def recorded_pick(i):
+        if i == 0:
+            replayed.append([])
+        idx = pick(i)
+        replayed[-1].extend(idx.tolist())
+        return idx
+
+    m.loss, m._exemplars_of_step = counted_loss, recorded_pick
+    m.begin_task(data)
+    n = len(data.y)
+    for _ in range(passes):
+        for lo in range(0, n, 5):
+            idx = torch.arange(lo, min(lo + 5, n))
+            m.observe(to_unit_float(data.x_raw[idx]), data.y[idx], data.x_raw[idx])
+    return sizes, replayed
+
+
+def test_icarl_replays_every_exemplar_once_per_pass_and_ends_each_pass_with_the_rest():
+    """As the reference's merged loader: per pass, each exemplar once and ceil((images + memory) / batch) SGD
+    steps, the last one smaller (here 24 images + 20 exemplars at batch 5: 8 of 5 and 1 of 4, twice)."""
     m = make_method("icarl", buffer=20)
     run_tasks(m, 1)
-    data = task(1)                       # 24 images, batch 5 -> 5 steps; 20 exemplars -> 4 per step
-    m.begin_task(data)
-    assert m.replay_per_step == 4
-    drawn = torch.cat([m._next_exemplars() for _ in range(5)])
-    assert sorted(drawn[:20].tolist()) == list(range(20))
+    sizes, replayed = _icarl_passes(m, task(1), passes=2)
+    assert [sorted(r) for r in replayed] == [list(range(20))] * 2
+    assert sizes == ([5] * 8 + [4]) * 2
+    assert m.carry_x is None
+
+
+def test_icarl_trains_a_pooled_step_shorter_than_a_batch():
+    """21 images at batch 5 (a last stream batch of 1) and 2 exemplars: the second pass's last step pools fewer
+    than 5 images (what crashed seq-cifar10 at buffer 200); it is trained as the pass's last batch, nothing lost."""
+    m = make_method("icarl", buffer=2)
+    run_tasks(m, 1)
+    data = task(1)
+    short = TaskData(index=1, x_raw=data.x_raw[:21], y=data.y[:21], classes=data.classes)
+    sizes, replayed = _icarl_passes(m, short, passes=2)
+    assert sum(sizes) == 2 * (21 + 2) and len(sizes) == 2 * math.ceil(23 / 5)
+    assert sizes[-1] < 5 and [sorted(r) for r in replayed] == [[0, 1]] * 2
 
 
 # --- FDR -------------------------------------------------------------------------------------------
@@ -391,8 +431,8 @@ def _assert_same(a, b):
 
 @pytest.mark.parametrize("name, keys", [
     ("gem", {"mem_x", "mem_y", "mem_sizes"}),
-    ("icarl", {"ex_x", "ex_y", "old_net", "class_means", "seen_hi", "task_lo", "replay_per_step", "replay_order",
-              "replay_cursor", "carry_x", "carry_y"}),
+    ("icarl", {"ex_x", "ex_y", "old_net", "class_means", "seen_hi", "task_lo", "steps_per_pass", "task_step",
+              "replay_order", "carry_x", "carry_y"}),
     ("fdr", {"mem_x", "mem_p", "mem_t", "tasks_seen"}),
     ("hal", {"memory", "anchors", "anchor_classes", "phi"}),
 ])

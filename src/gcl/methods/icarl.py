@@ -16,14 +16,14 @@ plus the explicit weight penalty wd_reg * sum_p p^2 of the reference framework (
 
 Replay: the reference merges the exemplars into the current task's training set, so that every
 pass over the task also passes once over the exemplars, shuffled in among the task's images and
-augmented, in batches of `batch`: (task images + memory) / batch SGD steps per pass. Here the stream
-is the loop's, so each stream batch is pooled with the next k exemplars of a per-pass random order of
-the memory (k = ceil(memory / stream steps per pass)) and with what the previous step left over; the
-pool is shuffled and trained in as many full batches of `batch` as it holds, the rest carried to the
-next step (and trained as one last, smaller batch at the task's end). So each exemplar is visited about
-once per pass, the SGD steps and their batch size are the reference's (1.5-3x the stream's steps at a
-buffer of 5120 on the image benchmarks), and the exemplars' share of a batch is about memory / (task
-images + memory).
+augmented, in batches of `batch` with a smaller last one: ceil((task images + memory) / batch) SGD steps
+per pass. Here the stream is the loop's, so the memory is dealt out over each pass's stream steps (S =
+ceil(task images / batch)): step i of a pass takes the exemplars [i M / S, (i + 1) M / S) of that pass's
+random order of the M exemplars, so each is replayed exactly once per pass. Each stream batch is pooled
+with its exemplars and what the previous step left over; the pool is shuffled and trained in as many full
+batches of `batch` as it holds, the rest carried to the next step; at a pass's last step the rest is
+trained as the pass's last, smaller batch. So the SGD steps, their batch sizes and the exemplars' share
+of a batch are the reference's.
 
 Prediction: nearest mean of exemplars. The class means are the means of the exemplars' normalised
 features, renormalised (iCaRL's code), or of their raw features (`features: raw`, the reference
@@ -85,8 +85,8 @@ class ICaRL(Method):
     uses_buffer = True
     reservoir = False       # a memory of its own (below), not the shared reservoir
     Settings = ICaRLSettings
-    state_attrs = ("ex_x", "ex_y", "old_net", "class_means", "seen_hi", "task_lo", "replay_per_step", "replay_order",
-                   "replay_cursor", "carry_x", "carry_y")
+    state_attrs = ("ex_x", "ex_y", "old_net", "class_means", "seen_hi", "task_lo", "steps_per_pass", "task_step",
+                   "replay_order", "carry_x", "carry_y")
 
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)
@@ -98,9 +98,9 @@ class ICaRL(Method):
         self.seen_hi = 0        # classes [0, seen_hi) have been trained on
         self.task_lo = 0        # first class of the current task
         self.eye = torch.eye(ctx.n_classes, device=ctx.device)
-        self.replay_order = None      # replay: this pass's order over the exemplars, and where it stands
-        self.replay_cursor = 0
-        self.replay_per_step = 0     # exemplars pooled with each stream batch in this task
+        self.steps_per_pass = 0      # stream steps of one pass over the current task
+        self.task_step = 0           # stream steps taken in the current task
+        self.replay_order = None     # this pass's random order of the exemplars
         self.carry_x: torch.Tensor | None = None    # the pool's rest (fewer than `batch`), trained with the next step
         self.carry_y: torch.Tensor | None = None
         self._means_stale = False
@@ -109,23 +109,16 @@ class ICaRL(Method):
 
     def begin_task(self, task: TaskData) -> None:
         self.task_lo, self.seen_hi = task.classes[0], task.classes[1]
-        if self.ex_x is not None:
-            steps = math.ceil(len(task.y) / self.cfg["batch"])
-            self.replay_per_step = math.ceil(len(self.ex_y) / steps)
-            self.replay_order, self.replay_cursor = None, 0
+        self.steps_per_pass = math.ceil(len(task.y) / self.cfg["batch"])   # as the stream cuts each pass
+        self.task_step = 0
         self.carry_x = self.carry_y = None
 
-    def _next_exemplars(self) -> torch.Tensor:
-        """Indices of the next k exemplars of this pass's random order (a new order when it runs out)."""
-        n = len(self.ex_y)
-        if self.replay_order is None or self.replay_cursor + self.replay_per_step > n:
-            rest = self.replay_order[self.replay_cursor:] if self.replay_order is not None else self.replay_order
-            fresh = to_device(torch.randperm(n, generator=self.ctx.generator), self.ex_y.device)
-            self.replay_order = fresh if rest is None else torch.cat([rest, fresh])
-            self.replay_cursor = 0
-        idx = self.replay_order[self.replay_cursor:self.replay_cursor + self.replay_per_step]
-        self.replay_cursor += self.replay_per_step
-        return idx
+    def _exemplars_of_step(self, i: int) -> torch.Tensor:
+        """Indices of the exemplars that step `i` of a pass replays: its share of the pass's random order."""
+        n, steps = len(self.ex_y), self.steps_per_pass
+        if i == 0:
+            self.replay_order = to_device(torch.randperm(n, generator=self.ctx.generator), self.ex_y.device)
+        return self.replay_order[i * n // steps:(i + 1) * n // steps]
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """BCE over classes [0, seen_hi): one-hot targets on the current task's classes, the frozen old
@@ -144,9 +137,11 @@ class ICaRL(Method):
 
     def observe(self, x, y, x_raw):
         self._means_stale = True
-        if self.ex_x is None or self.replay_per_step == 0:
+        i = self.task_step % self.steps_per_pass
+        self.task_step += 1
+        if self.ex_x is None:
             return self.sgd_step(self.loss(x, y))
-        idx = self._next_exemplars()
+        idx = self._exemplars_of_step(i)
         xs, ys = [x, self.ctx.train_transform(self.ex_x.index_select(0, idx))], [y, self.ex_y.index_select(0, idx)]
         if self.carry_x is not None:
             xs.insert(0, self.carry_x)
@@ -155,9 +150,13 @@ class ICaRL(Method):
         order = to_device(torch.randperm(len(pool_y), generator=self.ctx.generator), pool_y.device)
         pool_x, pool_y = pool_x[order], pool_y[order]
         b = self.cfg["batch"]
-        full = len(pool_y) // b * b
-        losses = [self.sgd_step(self.loss(pool_x[i:i + b], pool_y[i:i + b])) for i in range(0, full, b)]
-        self.carry_x, self.carry_y = (pool_x[full:], pool_y[full:]) if full < len(pool_y) else (None, None)
+        # a pass ends with its last, smaller batch; within a pass, only full batches (the rest waits for the next)
+        cut = len(pool_y) if i == self.steps_per_pass - 1 else len(pool_y) // b * b
+        if cut == 0:
+            raise RuntimeError(f"icarl: step {i} of a pass of {self.steps_per_pass} pooled {len(pool_y)} images, fewer "
+                               f"than a batch of {b}: the stream's batches are not the ones begin_task expected")
+        losses = [self.sgd_step(self.loss(pool_x[j:j + b], pool_y[j:j + b])) for j in range(0, cut, b)]
+        self.carry_x, self.carry_y = (pool_x[cut:], pool_y[cut:]) if cut < len(pool_y) else (None, None)
         return torch.stack(losses).mean()
 
     def _norm(self, feats: torch.Tensor) -> torch.Tensor:
