@@ -204,6 +204,7 @@ def test_a_killed_or_interrupted_warm_stage_ends_as_a_cold_one_would(stage, tmp_
     if how == "ctrl-c":     # the stage's own traceback, as a cold stage prints it; none from the waiting client
         assert err.rstrip().endswith("KeyboardInterrupt") and "time.sleep(60)" in err, err
         assert "run_stage" not in err and "_read_line" not in err, err
+        assert "runpy" not in err and "warm.py" not in err, err   # nor the child's frames above the script's
 
 
 OWNER = """
@@ -259,3 +260,20 @@ def test_an_owner_that_cannot_be_watched_leaves_the_server_to_its_idle_time(monk
         raise OSError(38, "Function not implemented")
     monkeypatch.setattr(os, "pidfd_open", no_pidfd)
     assert not _watch_owner(12345, {})
+
+
+@pytest.mark.parametrize("runtime_dir", ["missing", "a file", "too long a path"])
+def test_a_socket_folder_that_cannot_be_made_or_used_runs_the_stage_cold(stage, tmp_path, runtime_dir):
+    """XDG_RUNTIME_DIR naming a folder that does not exist (what SLURM jobs, cron and sudo hand down), a file, or a
+    folder whose socket path is too long for a Unix socket: the stage runs cold, with nothing said about it."""
+    run, _, _ = stage
+    folder = tmp_path / {"missing": "gone", "a file": "file", "too long a path": "x" * 100}[runtime_dir]
+    if runtime_dir == "a file":
+        folder.write_text("")
+    elif runtime_dir == "too long a path":
+        folder.mkdir()
+    done, info = run("0", XDG_RUNTIME_DIR=str(folder))
+    assert done.returncode == 0 and done.stderr == "to stderr\n", done.stderr
+    assert info["parent"] == str(os.getpid())        # in the stage process itself: cold
+    sockets = folder / f"gcl-warm-{os.getuid()}"
+    assert not sockets.is_dir() or not any(sockets.iterdir())   # no server was started for a socket it cannot bind

@@ -30,6 +30,7 @@ with the streams, exit status) and are kept side by side.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -76,10 +77,19 @@ def server_key() -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
 
 
+SOCKET_PATH_MAX = 107   # bytes of a Unix socket's path (sun_path, less its terminating NUL)
+
+
 def socket_path(key: str) -> Path:
+    """The server's socket, in a folder of this user's made if needed; an OSError when that folder cannot be made
+    (XDG_RUNTIME_DIR naming a missing or unwritable folder, as SLURM jobs, cron and sudo hand down) or the path is
+    too long for a socket."""
     folder = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"gcl-warm-{os.getuid()}"
     folder.mkdir(mode=0o700, exist_ok=True)
-    return folder / f"{key}.sock"
+    path = folder / f"{key}.sock"
+    if len(os.fsencode(path)) > SOCKET_PATH_MAX:
+        raise OSError(errno.ENAMETOOLONG, "too long a path for a socket", str(path))
+    return path
 
 
 # ---------------------------------------------------------------------------- client
@@ -132,8 +142,11 @@ def run_stage(script: str, argv: list[str]) -> int | None:
     if os.environ.get("GCL_WARM", "1") == "0" or not sys.platform.startswith("linux"):
         return None
     key = server_key()
-    path = socket_path(key)
-    conn = _connect(path) or _start_server(key, path, script)
+    try:
+        path = socket_path(key)
+        conn = _connect(path) or _start_server(key, path, script)
+    except OSError:     # no socket folder, or one this user cannot write to: the stage runs cold, silently
+        return None
     if conn is None:
         return None
     request = {"key": key, "script": str(Path(script).resolve()), "argv": argv, "cwd": os.getcwd(),
@@ -386,7 +399,9 @@ def _run_child(request: dict, fds: list[int]) -> None:
             tb = exc.__traceback__
             while tb is not None and tb.tb_frame.f_code.co_filename != request["script"]:
                 tb = tb.tb_next       # from the script's own frame on, without runpy's and this module's
-            _one_line_errors(type(exc), exc, tb or exc.__traceback__)   # what warm_start's hook prints cold
+            # set on the exception itself: the interpreter's hook prints the exception's own traceback, not its argument
+            exc = exc.with_traceback(tb or exc.__traceback__)
+            _one_line_errors(type(exc), exc, exc.__traceback__)   # what warm_start's hook prints cold
             code = -signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1
     finally:
         for stream in (sys.stdout, sys.stderr):
