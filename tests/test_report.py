@@ -9,7 +9,7 @@ import pytest
 
 from gcl.core.atomic import write_json
 from gcl.report.common import ReportError
-from gcl.report.tables import write_report
+from gcl.report.tables import OUTPUTS, write_report
 from gcl.config import resolve_profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -414,3 +414,21 @@ def test_a_half_copied_reproduction_is_refused(resolved, tmp_path):
     resolved["report"]["reproductions"] = ["reproductions/none"]
     with pytest.raises(ReportError, match=r"reproductions/none/params.yaml is missing"):
         write_report(resolved, "results", PAPER, resolve_profile=resolve_profile)
+
+
+def test_a_full_disk_writing_the_report_is_one_line_naming_results_and_keeps_the_old_ones(resolved, monkeypatch):
+    """pandas' write to an open file carries no file name; the line names results/, which is left as it was."""
+    import errno
+
+    from gcl.core.errors import error_line
+
+    def full(*_, **__):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    write_report(resolved, "results", PAPER)
+    before = tables_md()
+    monkeypatch.setattr(pd.DataFrame, "to_csv", full)
+    with pytest.raises(OSError) as failed:
+        write_report(resolved, "results", PAPER)
+    assert error_line(failed.value).startswith("cannot use results: No space left on device. Fix: free disk space")
+    assert tables_md() == before and sorted(os.listdir("results")) == sorted(OUTPUTS)

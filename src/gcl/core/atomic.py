@@ -1,6 +1,8 @@
-"""Write-then-rename helpers: a reader never sees a half-written file."""
+"""Write-then-rename helpers: a reader never sees a half-written file, and a failed write is an OSError naming
+the file the user asked for (gcl.core.errors.writing), never the temporary written in its stead."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -11,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from gcl.core.errors import writing
 
 
 def umask() -> int:
@@ -36,11 +40,11 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     os.close(fd)
     tmp_path = Path(tmp)
     try:
-        yield tmp_path
-        os.replace(tmp_path, path)
+        with writing(path, tmp_path):
+            yield tmp_path
+            os.replace(tmp_path, path)
     finally:
-        if tmp_path.exists():
-            tmp_path.unlink()
+        tmp_path.unlink(missing_ok=True)
 
 
 @contextmanager
@@ -51,13 +55,29 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     tmp.chmod(0o777 & ~umask())      # as for files: mkdtemp makes it 0700
     try:
-        yield tmp
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        with writing(path, tmp):
+            yield tmp
+            if path.exists():
+                shutil.rmtree(path)
+            os.replace(tmp, path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+
+
+def move_file(source: str | Path, target: str | Path) -> None:
+    """Move `source` onto `target`, also from another file system (a rename cannot cross one: EXDEV, as when
+    .gcl-progress is a link to a scratch disk): a copy to a temporary beside `target`, renamed onto it, then
+    `source` removed. A reader never sees a half-copied `target`, and a failed copy leaves `source` in place."""
+    try:
+        os.replace(source, target)
+        return
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    with atomic_path(target) as tmp:
+        shutil.copyfile(source, tmp)
+    Path(source).unlink()
 
 
 def write_text(path: str | Path, text: str) -> None:

@@ -8,7 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
-from gcl.core.errors import UserError
+from gcl.core.errors import UserError, writing
 
 PR_SET_PDEATHSIG = 1
 
@@ -50,8 +50,13 @@ class RunLock:
             if self._still_named():
                 break
             os.close(self.fd)   # its previous holder removed the file between our open and our lock: take the new one
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, str(os.getpid()).encode(), 0)
+        try:
+            with writing(self.path):    # a full disk: one line naming the lock file, and no file left behind
+                os.ftruncate(self.fd, 0)
+                os.pwrite(self.fd, str(os.getpid()).encode(), 0)
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def _still_named(self) -> bool:

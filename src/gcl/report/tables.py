@@ -27,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from gcl.core.atomic import remove_stale_temporaries
+from gcl.core.errors import writing
 from gcl.core.layout import run_dir
 from gcl.core.results import RunResult
 from gcl.report.figures import draw_all, write_plot_data
@@ -467,16 +468,17 @@ def write_report(resolved: dict, out_dir: str | Path, paper_csvs: list[str | Pat
     remove_stale_temporaries(out_dir)             # what a killed report left
     build = Path(tempfile.mkdtemp(prefix=".report.", suffix=".tmp", dir=out_dir))
     try:
-        (build / "figures").mkdir()
-        (build / "plots").mkdir()
-        write_plot_data(resolved, settings, cells, build / "plots")
-        if settings.figures:
-            draw_all(resolved, settings, display, cells, build / "figures", warnings)
-        head = headline(summary, paper, display)
-        summary.to_csv(build / "summary.csv", index=False)
-        (build / "metrics.json").write_text(json.dumps(headline_metrics(head), indent=2, allow_nan=False) + "\n")
-        (build / "tables.md").write_text(render_tables(resolved, settings, summary, paper, head, warnings,
-                                                             reproductions))
+        with writing(out_dir, build):    # a full disk names results/<file>, not the build folder that goes
+            (build / "figures").mkdir()
+            (build / "plots").mkdir()
+            write_plot_data(resolved, settings, cells, build / "plots")
+            if settings.figures:
+                draw_all(resolved, settings, display, cells, build / "figures", warnings)
+            head = headline(summary, paper, display)
+            summary.to_csv(build / "summary.csv", index=False)
+            (build / "metrics.json").write_text(json.dumps(headline_metrics(head), indent=2, allow_nan=False) + "\n")
+            (build / "tables.md").write_text(render_tables(resolved, settings, summary, paper, head, warnings,
+                                                         reproductions))
         for name in OUTPUTS:
             dest = out_dir / name
             if dest.is_dir():

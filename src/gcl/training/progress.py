@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gcl.core.errors import writing
+
 PROGRESS_SECONDS = 60.0   # a progress line at least this often, besides one at every evaluation
 
 
@@ -38,7 +40,7 @@ class Progress:
         sys.stdout.flush()
         if self.log is not None:
             self.log.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.log, "a", encoding="utf-8") as f:
+            with writing(self.log), open(self.log, "a", encoding="utf-8") as f:   # a full disk names the log
                 f.write(line)
 
 

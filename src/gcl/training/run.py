@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from gcl.core.atomic import remove_stale_temporaries, save_tensors, write_json
+from gcl.core.atomic import move_file, remove_stale_temporaries, save_tensors, write_json
 from gcl.data.benchmarks import load_benchmark
 from gcl.core.layout import benchmark_file, run_dir, run_log
 from gcl.core.results import RunResult, SeedResult
@@ -179,7 +179,7 @@ def _train_run(spec: dict, workers: int | str, threads: int, checkpoint_minutes:
                        mean={m: v[0] for m, v in stats.items()}, std={m: v[1] for m, v in stats.items()})
     write_json(out, result.to_json())
     # moved only once metrics.json is written: if that fails, a rerun still finds every seed's result here
-    features.replace(out_dir / "features.pt")
+    move_file(features, out_dir / "features.pt")   # .gcl-progress may be on another file system (a link to scratch)
     # the cell is complete: a later forced run must train again, not reuse these seeds
     shutil.rmtree(progress, ignore_errors=True)
     return out
