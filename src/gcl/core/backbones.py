@@ -1,7 +1,6 @@
 """Backbones: a feature extractor plus a linear classifier, so that methods can reach the features."""
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -12,8 +11,12 @@ from torch import nn
 
 
 def compile_extractor(fn: Callable, mode: str) -> Callable:
-    """torch.compile with fixed shapes: a new shape is a new graph, not a symbolic one (CUDA graphs need fixed ones)."""
-    return torch.compile(fn, mode=mode, dynamic=False)
+    """torch.compile with automatic dynamic shapes: the first batch size gets a fixed-shape graph, the second a graph
+    whose batch dimension is symbolic, which every later size reuses (measured: 2 graphs for 13 sizes). With fixed
+    shapes each size was a graph of its own, and after dynamo's limit of 8 per function the rest ran eagerly: a
+    MNIST-360 stream has 9-12 sizes (its segments' last batches). CUDA graphs (mode reduce-overhead) still record
+    one graph per size they meet, which needs no recompilation."""
+    return torch.compile(fn, mode=mode, dynamic=None)
 
 
 def _extract(net: Backbone, x: torch.Tensor) -> torch.Tensor:
@@ -50,8 +53,15 @@ class Backbone(nn.Module):
     """
 
     feat_dim: int
+    # which of a method's head recipes fits this network (CoCa's authors use one for the MNIST MLP and one for the
+    # ResNet): decided by the architecture, not by its width, so a narrowed network takes the heads of its kind
+    head_style: str
     compile_mode: str | None = None
     eager_for_now: bool = False      # set per step by begin_step
+    input_pool: int = 1              # average-pool the input by this factor first (dry runs only; see build_backbone)
+
+    def pool_input(self, x: torch.Tensor) -> torch.Tensor:
+        return F.avg_pool2d(x, self.input_pool) if self.input_pool > 1 else x
 
     def extract(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -68,10 +78,15 @@ class Backbone(nn.Module):
 class MLP(Backbone):
     """MNIST-360's network: input -> 100 -> ReLU -> 100 -> ReLU -> Linear(100, classes), Xavier-uniform, zero bias."""
 
-    def __init__(self, input_shape: tuple[int, ...], n_classes: int, hidden: int = 100):
+    head_style = "mlp"
+    standard_width = 100
+
+    def __init__(self, input_shape: tuple[int, ...], n_classes: int, width: int = standard_width, input_pool: int = 1):
         super().__init__()
-        self.feat_dim = hidden
-        self.body = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), hidden), nn.ReLU(),
+        hidden = width
+        self.feat_dim, self.input_pool = hidden, input_pool
+        c, h, w = input_shape
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(c * (h // input_pool) * (w // input_pool), hidden), nn.ReLU(),
                                   nn.Linear(hidden, hidden), nn.ReLU())
         self.classifier = nn.Linear(hidden, n_classes)
         for m in self.modules():
@@ -80,7 +95,7 @@ class MLP(Backbone):
                 nn.init.zeros_(m.bias)
 
     def extract(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x)
+        return self.body(self.pool_input(x))
 
 
 class BasicBlock(nn.Module):
@@ -104,23 +119,28 @@ class BasicBlock(nn.Module):
 
 class ResNet18(Backbone):
     """ResNet-18 for small images (DER's protocol): 3x3 stride-1 stem without max-pool, BasicBlock x [2, 2, 2, 2]
-    at widths 64/128/256/512, global average pooling, Linear(512, classes). Any input size (32x32, 64x64).
+    at widths 64/128/256/512 (`width` sets the first, the others follow as 2x, 4x, 8x), global average pooling,
+    Linear(8 * width, classes). Any input size (32x32, 64x64).
 
     `channels_last` stores the weights and feeds the activations in NHWC, which cuDNN's convolutions
     (and bf16 autocast) run faster on recent GPUs; the numbers are the same either way.
     """
 
-    def __init__(self, input_shape: tuple[int, ...], n_classes: int, channels_last: bool = False):
+    head_style = "resnet"
+    standard_width = 64
+
+    def __init__(self, input_shape: tuple[int, ...], n_classes: int, width: int = standard_width, input_pool: int = 1,
+                 channels_last: bool = False):
         super().__init__()
-        self.feat_dim = 512
-        self.stem = nn.Sequential(nn.Conv2d(input_shape[0], 64, 3, stride=1, padding=1, bias=False),
-                                  nn.BatchNorm2d(64), nn.ReLU())
-        layers, in_planes = [], 64
-        for planes, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        self.feat_dim, self.input_pool = 8 * width, input_pool
+        self.stem = nn.Sequential(nn.Conv2d(input_shape[0], width, 3, stride=1, padding=1, bias=False),
+                                  nn.BatchNorm2d(width), nn.ReLU())
+        layers, in_planes = [], width
+        for planes, stride in ((width, 1), (2 * width, 2), (4 * width, 2), (8 * width, 2)):
             layers += [BasicBlock(in_planes, planes, stride), BasicBlock(planes, planes, 1)]
             in_planes = planes
         self.layers = nn.Sequential(*layers)
-        self.classifier = nn.Linear(512, n_classes)
+        self.classifier = nn.Linear(self.feat_dim, n_classes)
         self.channels_last = channels_last
         if channels_last:
             self.to(memory_format=torch.channels_last)
@@ -128,7 +148,7 @@ class ResNet18(Backbone):
     def extract(self, x: torch.Tensor) -> torch.Tensor:
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        out = self.layers(self.stem(x))
+        out = self.layers(self.stem(self.pool_input(x)))
         return torch.flatten(F.adaptive_avg_pool2d(out, 1), 1)
 
 
@@ -147,11 +167,15 @@ def inputs_as_given(net: nn.Module) -> Iterator[None]:
         net.channels_last = converts
 
 
-def build_backbone(name: str, input_shape: tuple[int, ...], n_classes: int, channels_last: bool = False) -> Backbone:
+def build_backbone(name: str, input_shape: tuple[int, ...], n_classes: int, channels_last: bool = False,
+                   width: int | None = None, input_pool: int = 1) -> Backbone:
+    """Backbone `name` for inputs of `input_shape`. `width` (None: the architecture's own) and `input_pool` (1: none)
+    shrink the network's cost while keeping its architecture, for dry runs (tools/dryrun.py): a ResNet-18 step on
+    32x32 images costs seconds on a CPU at full width and still tens of milliseconds at width 1."""
     if name not in BACKBONES:
         raise ValueError(f"unknown backbone {name!r}; known backbones: {sorted(BACKBONES)}")
-    if not channels_last:
-        return BACKBONES[name](tuple(input_shape), n_classes)
-    if name != "resnet18":
+    cls = BACKBONES[name]
+    if channels_last and name != "resnet18":
         raise ValueError(f"channels_last applies to convolutional backbones (resnet18), not {name!r}")
-    return BACKBONES[name](tuple(input_shape), n_classes, channels_last=True)
+    extra = {"channels_last": True} if channels_last else {}
+    return cls(tuple(input_shape), n_classes, width=width or cls.standard_width, input_pool=input_pool, **extra)

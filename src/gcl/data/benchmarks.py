@@ -62,7 +62,13 @@ class BenchmarkSettings(Settings):
     epochs: int = Field(gt=0, description="passes over each task (1: a single pass over the stream)")
     validation_fraction: float = Field(0.0, ge=0, lt=1, description="share of each class's training images "
                                        "held out and evaluated instead of the test set (tuning only)")
-    bf16: bool = Field(False, description="bf16 autocast in training and evaluation (CUDA option)")
+    width: int | None = Field(None, gt=0, description="the backbone's width: the ResNet's first-stage channels (64) or "
+                              "the MLP's hidden units (100); none: the architecture's own. Narrower only for dry runs "
+                              "(tools/dryrun.py): it changes every number")
+    input_pool: int = Field(1, gt=0, description="average-pool the network's input by this factor (1: none). Above 1 "
+                            "only for dry runs (tools/dryrun.py), to cut a step's cost on images of the real shape")
+    bf16: bool = Field(False, description="bf16 autocast in training and evaluation (for GPUs; a CPU runs it too, "
+                       "slowly, as the dry run's --bf16 does)")
     channels_last: bool = Field(False, description="channels_last memory format for convolutions (CUDA option)")
     compile: bool | Literal["auto"] = Field(
         "auto", description="torch.compile the backbone's training passes (on a GPU with CUDA graphs) for the methods "

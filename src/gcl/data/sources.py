@@ -14,7 +14,7 @@ import torch
 
 from gcl.core.atomic import save_tensors
 # the source modules register their sources on import
-from gcl.data import image_sources, mnist_sources  # noqa: F401
+from gcl.data import image_sources, mnist_sources, random_sources  # noqa: F401
 from gcl.data.source_registry import SOURCES, SourceError, SourceSettings, register_source  # noqa: F401  (the API)
 from gcl.core.settings import validate
 

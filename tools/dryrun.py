@@ -1,0 +1,340 @@
+"""Prove on a CPU that every run of a profile trains to the end, before anyone spends a GPU-hour on it.
+
+    python tools/dryrun.py profiles/paper.yaml                              # every run of the paper grid
+    python tools/dryrun.py profiles/paper.yaml --runs 'seq-cifar10-icarl-*' 'split-*'
+    python tools/dryrun.py profiles/paper.yaml --runs 'seq-cifar10-*' --bf16 --compile true
+
+Each selected run is trained and reported through the real pipeline: `dvc repro` of the project's own
+dvc.yaml, stages and code in a scratch workspace (.dryrun/<profile>/, kept between calls so that a second
+call re-runs only what changed), on a params.yaml derived from the profile that keeps the stream structure
+of the real run and cuts only cost that the structure does not depend on:
+
+kept:  every source's classes and image shape; the benchmarks' tasks and class orders; every run's method,
+       settings, batch, replay batch and buffer; and the size of every pass's last batch: each class loses the
+       same number of images, chosen so that every task (and every MNIST-360 chunk, a sixth of a digit) keeps
+       its remainder modulo every batch size that the runs on it use. So every kind of stream step,
+       short last batch, task end, epoch end, carry, evaluation point, checkpoint and boundary hook of the real
+       run happens, in the same order, and every buffer fills before its stream ends;
+cut:   the pixels (random, gcl.data.random_sources; the source is not downloaded); images per class, to about
+       --scale of the real count (default 0.1; --scale 1 keeps the real counts, the real step counts); epochs
+       (at most --epochs, default 2: enough for the second pass over a task); seeds (the profile's first); the
+       image backbone's width (--width) and its input, average-pooled to --pooled-size pixels before the
+       network (a ResNet-18 step on 32x32 images takes seconds on a CPU at full width and tens of milliseconds
+       at width 1); the evaluation set (--test-per-class images of each class); CN-DPM's experts (width 4,
+       2 latent samples) and sleep phases (--sleep-steps Adam steps each instead of thousands).
+
+Why the image counts are cut by default: the paper grid's 222 runs take about 1.5 million stream steps at their
+real counts and 2 epochs, and a ResNet-18 step costs at least 5-25 ms on a CPU at any width (it is bound by its
+60 operations, not by their size; CoCa takes four passes a step): days, not the 90 minutes a check before a GPU
+run should take. What the cut can hide: a defect that depends on the absolute number of images rather than on
+the remainders kept, such as an exemplar quota that fits a full class but not a cut one (iCaRL's 2,560 per class
+at buffer 5120 on seq-cifar10 exceeds the cut class, as 1,024 exceeds a real CIFAR-100 class), or memory at full
+size. `--runs ... --scale 1` runs chosen cells at their real counts.
+
+What it proves: the code paths of every run, its stages, checks and the report, run to the end on data of the
+real sizes. What it does not: accuracy (random pixels, narrowed networks), speed on a GPU (tools/gridcost.py),
+numerical trouble at full width (a learning rate that diverges on real data), or memory at full size.
+
+One line per run (status, steps, seconds); the exit status is non-zero when any run failed, each named with its
+one-line error (its whole output is in .dryrun/<profile>/logs/<run>.log).
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import fnmatch
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from gcl.config import load_params, resolve_run  # noqa: E402
+from gcl.core.devices import available_cores  # noqa: E402
+from gcl.core.layout import run_dir  # noqa: E402
+from gcl.data.random_sources import SOURCE_SHAPES  # noqa: E402
+
+# what the workspace copies of the project: the pipeline and everything its stages read
+PROJECT_PARTS = ("dvc.yaml", ".dvcignore", ".dvc/config", "stages", "src", "reference", "reproductions")
+# CN-DPM's sleep phases train a new expert for thousands of Adam steps; their count changes no code path
+CNDPM_SLEEP = ("sleep_steps_vae", "sleep_steps_cls")
+CNDPM_CUT = {"vae_width": 4, "vae_ext": 1, "cls_width": 4, "cls_ext": 1, "z_samples": 2}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("profile", type=Path, help="a params file (profiles/paper.yaml)")
+    ap.add_argument("--runs", nargs="+", default=["*"], metavar="GLOB", help="runs whose keys match any of these "
+                    "shell-style patterns (default: every run)")
+    ap.add_argument("--scale", type=float, default=0.1, help="share of each class's training images kept, about "
+                    "(default 0.1; 1: the real counts)")
+    ap.add_argument("--epochs", type=int, default=2, help="passes over each task at most (default 2)")
+    ap.add_argument("--bf16", action="store_true", help="train with bf16 autocast (CPU autocast is real)")
+    ap.add_argument("--compile", choices=["auto", "true", "false"], default=None,
+                    help="the benchmarks' compile setting (default: the profile's)")
+    ap.add_argument("--width", type=int, default=2, help="the ResNet's first-stage channels (default 2; 64 real)")
+    ap.add_argument("--pooled-size", type=int, default=4, help="image side the ResNet's input is pooled to "
+                    "(default 4)")
+    ap.add_argument("--test-per-class", type=int, default=5, help="evaluation images per class (default 5)")
+    ap.add_argument("--sleep-steps", type=int, default=10, help="CN-DPM's Adam steps per sleep phase (default 10)")
+    ap.add_argument("--jobs", type=int, default=available_cores(), help="runs trained side by side "
+                    "(default: the cores)")
+    ap.add_argument("--workspace", type=Path, default=None, help="scratch project (default .dryrun/<profile>)")
+    ap.add_argument("--fresh", action="store_true", help="delete the workspace first (default: reuse it, so DVC "
+                    "re-runs only what changed)")
+    args = ap.parse_args(argv)
+    for name in ("scale", "epochs", "width", "pooled_size", "test_per_class", "sleep_steps", "jobs"):
+        if getattr(args, name) <= 0:
+            ap.error(f"--{name.replace('_', '-')} must be positive")
+    if args.scale > 1:
+        ap.error("--scale must be at most 1")
+    return args
+
+
+# ------------------------------------------------------------------------ the dry profile
+
+def selected_runs(params: dict, patterns: list[str]) -> list[str]:
+    keys = [k for k in params["runs"] if any(fnmatch.fnmatchcase(k, p) for p in patterns)]
+    if not keys:
+        raise SystemExit(f"error: no run of the profile matches {' '.join(patterns)}")
+    return keys
+
+
+def dry_profile(params: dict, keys: list[str], args: argparse.Namespace) -> dict:
+    """The profile's params.yaml for a dry run of runs `keys` (see the module docstring for what changes)."""
+    runs = {k: dict(params["runs"][k]) for k in keys}
+    bench_names = sorted({r["benchmark"] for r in runs.values()})
+    benchmarks, sources = {}, {}
+    for name in bench_names:
+        block = dict(params["benchmarks"][name])
+        source = block["source"]
+        if source not in SOURCE_SHAPES:
+            raise SystemExit(f"error: benchmark {name} reads source {source!r}, whose real shape is not known: add "
+                             "it to SOURCE_SHAPES in src/gcl/data/random_sources.py")
+        block["source"] = f"random-{source}"
+        sources[block["source"]] = {"train_per_class": None, "test_per_class": args.test_per_class}
+        block["epochs"] = min(block["epochs"], args.epochs)
+        if block["backbone"] == "resnet18":
+            side = SOURCE_SHAPES[source].image[1]
+            block.update(width=args.width, input_pool=max(1, side // args.pooled_size))
+        if args.bf16:
+            block["bf16"] = True
+        if args.compile is not None:
+            block["compile"] = {"auto": "auto", "true": True, "false": False}[args.compile]
+        benchmarks[name] = block
+    for run in runs.values():
+        if "epochs" in run:
+            run["epochs"] = min(run["epochs"], args.epochs)
+        if "seeds" in run:
+            run["seeds"] = run["seeds"][:1]
+    for source, counts in cut_counts(params, runs, args.scale, args.epochs).items():
+        sources[f"random-{source}"]["train_per_class"] = counts
+    methods = {m: dict(params["methods"][m] or {}) for m in sorted({r["method"] for r in runs.values()})}
+    for name, block in methods.items():
+        if block.get("algorithm", name) == "cndpm":
+            block.update({k: min(block.get(k, args.sleep_steps), args.sleep_steps) for k in CNDPM_SLEEP})
+            block.update({k: min(block.get(k, v), v) for k, v in CNDPM_CUT.items()})
+    return {"seeds": params["seeds"][:1], "device": "cpu", "workers": 1, "threads": 1, "mps": "off",
+            "sources": sources, "benchmarks": benchmarks, "methods": methods, "runs": runs,
+            "report": dry_report(params.get("report") or {}, runs, bench_names)}
+
+
+def cut_counts(params: dict, runs: dict, scale: float, epochs_cap: int) -> dict[str, list[int] | None]:
+    """Each source's training images per class in the dry run: the real counts less one cut `d` for every class,
+    `d` the largest up to (1 - scale) of the smallest class that keeps the real remainders (see `keeps_remainders`)
+    and leaves every run's stream longer than its buffer, so that every buffer fills. None: the real counts."""
+    out = {}
+    for source in sorted({params["benchmarks"][r["benchmark"]]["source"] for r in runs.values()}):
+        if scale >= 1:
+            out[source] = None
+            continue
+        on_it = [r for r in runs.values() if params["benchmarks"][r["benchmark"]]["source"] == source]
+        real = SOURCE_SHAPES[source].counts("train")
+        for d in range(int((1 - scale) * min(real)), -1, -1):
+            counts = [n - d for n in real]
+            if keeps_remainders(params, on_it, d) and \
+                    all(stream_length(params, r, counts, epochs_cap) >= buffer_of(r) for r in on_it):
+                break
+        out[source] = counts
+    return out
+
+
+def keeps_remainders(params: dict, runs: list[dict], d: int) -> bool:
+    """Whether cutting `d` images of every class keeps, for every run, each pass's last batch at its real size:
+    a task of k classes changes by k * d images, which every batch size used on it must divide; MNIST-360 cuts a
+    digit into 6 chunks of n // 6 + 1, each of which changes by d / 6, which the batch must divide."""
+    for run in runs:
+        bench, batch = params["benchmarks"][run["benchmark"]], run_batch(params, run)
+        change = d // 6 if bench["kind"] == "mnist-360" and d % 6 == 0 else \
+            None if bench["kind"] == "mnist-360" else bench["classes_per_task"] * d
+        if change is None or change % batch:
+            return False
+    return True
+
+
+def run_batch(params: dict, run: dict) -> int:
+    return run.get("batch", (params["methods"][run["method"]] or {}).get("batch", 1))
+
+
+def buffer_of(run: dict) -> int:
+    return run["buffer"] if isinstance(run["buffer"], int) else 0
+
+
+def stream_length(params: dict, run: dict, counts: list[int], epochs_cap: int) -> int:
+    """Stream samples of `run` with these class counts (a lower bound on MNIST-360, whose segments drop the
+    rest of a chunk)."""
+    bench = params["benchmarks"][run["benchmark"]]
+    epochs = min(run.get("epochs", bench["epochs"]), epochs_cap)
+    if bench["kind"] == "mnist-360":
+        return sum(counts[:9]) * 2 // 3
+    return sum(counts[:bench["n_tasks"] * bench["classes_per_task"]]) * epochs
+
+
+def dry_report(report: dict, runs: dict, bench_names: list[str]) -> dict:
+    """The profile's report block, less what names runs or benchmarks outside the selection."""
+    report = json.loads(json.dumps(report))
+    report["benchmarks"] = {k: v for k, v in (report.get("benchmarks") or {}).items() if k in bench_names}
+    visualise = report.get("visualise")
+    if visualise:
+        cells = {f"{r['method']}/{r['buffer']}" for r in runs.values() if r["benchmark"] == visualise["benchmark"]}
+        visualise["cells"] = [c for c in visualise.get("cells", []) if c in cells]
+        if not visualise["cells"]:
+            del report["visualise"]
+    return report
+
+
+# ------------------------------------------------------------------------ the workspace
+
+def prepare_workspace(workspace: Path, profile: dict, fresh: bool) -> None:
+    """A copy of the project's pipeline with the dry profile as its params.yaml, a git repository of its own."""
+    if fresh and workspace.exists():
+        shutil.rmtree(workspace)
+    workspace.mkdir(parents=True, exist_ok=True)
+    for part in PROJECT_PARTS:
+        src, dst = ROOT / part, workspace / part
+        if dst.is_dir():
+            shutil.rmtree(dst)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc"))
+        elif src.exists():
+            shutil.copy2(src, dst)
+    (workspace / "params.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
+    if not (workspace / ".git").exists():
+        git(workspace, "init", "-q")
+    git(workspace, "add", "-A", ".")
+    git(workspace, "commit", "-qm", "dry run", "--allow-empty")
+
+
+def git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.email=dryrun@localhost", "-c", "user.name=dryrun", *args], cwd=cwd,
+                   check=True, capture_output=True)
+
+
+def environment(workspace: Path) -> dict:
+    # the workspace's own copy of the package, whatever is installed (DVC hashes that copy as the stages' code)
+    return {**os.environ, "PYTHONPATH": str(workspace / "src")}
+
+
+def dvc(workspace: Path, *args: str, log: Path | None = None) -> subprocess.CompletedProcess:
+    done = subprocess.run(["dvc", *args], cwd=workspace, env=environment(workspace), capture_output=True, text=True)
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(f"$ dvc {' '.join(args)}\n{done.stdout}{done.stderr}")
+    return done
+
+
+def error_of(done: subprocess.CompletedProcess) -> str:
+    """The one line that says why a dvc command failed: the stage's own last line (its one-line error, or a
+    traceback's exception), not DVC's summary that follows it."""
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    own = [line for line in lines if not line.startswith("ERROR: failed to reproduce")]
+    return (own or lines or [f"exit status {done.returncode}"])[-1]
+
+
+# ------------------------------------------------------------------------ running
+
+def expected_steps(params: dict, key: str) -> int:
+    """A rough count of a run's stream steps, to start the longest runs first."""
+    spec = resolve_run(params, key)
+    data, run = spec["data"], spec["run"]
+    counts = params["sources"][data["source"]]["train_per_class"] or \
+        SOURCE_SHAPES[data["source"].removeprefix("random-")].counts("train")
+    images = sum(counts[:data.get("n_tasks", 1) * data.get("classes_per_task", len(counts))])
+    return math.ceil(images / run["batch"]) * spec["benchmark"]["epochs"] * (4 if run["algorithm"] == "coca" else 1)
+
+
+def train(workspace: Path, key: str, dry: dict) -> dict:
+    """One run's train stage through DVC; its status, steps and seconds."""
+    start = time.perf_counter()
+    done = dvc(workspace, "repro", "--single-item", f"train@{key}", log=workspace / "logs" / f"{key}.log")
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        return {"key": key, "ok": False, "seconds": seconds, "error": error_of(done)}
+    metrics = json.loads((workspace / run_dir(dry["runs"][key]) / "metrics.json").read_text())
+    seed = next(iter(metrics["seeds"].values()))
+    return {"key": key, "ok": True, "seconds": seconds, "steps": seed["steps"], "train_seconds": seed["train_seconds"]}
+
+
+def line(result: dict) -> str:
+    if result["ok"]:
+        return (f"ok      {result['key']:<36} {result['steps']:>7} steps  {result['seconds']:7.1f} s "
+                f"({result['train_seconds']:.1f} s training)")
+    return f"FAILED  {result['key']:<36} {'':>13}  {result['seconds']:7.1f} s  {result['error']}"
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    params = load_params(args.profile)
+    keys = selected_runs(params, args.runs)
+    dry = dry_profile(params, keys, args)
+    workspace = (args.workspace or ROOT / ".dryrun" / args.profile.stem).resolve()
+    started = time.perf_counter()
+    prepare_workspace(workspace, dry, args.fresh)
+    print(f"dry run of {len(keys)} run(s) of {args.profile} in {workspace}, {args.jobs} at a time", flush=True)
+
+    # the shared upstream stages first (checks, random sources, benchmarks), then the runs side by side
+    upstream = dvc(workspace, "repro", *(f"benchmark@{b}" for b in dry["benchmarks"]), log=workspace / "logs" /
+                   "upstream.log")
+    if upstream.returncode != 0:
+        print(f"FAILED  the checks, sources or benchmarks: {error_of(upstream)}")
+        return 1
+    checked = dvc(workspace, "repro", "check@runs", log=workspace / "logs" / "check-runs.log")
+    if checked.returncode != 0:
+        print(f"FAILED  check@runs: {error_of(checked)}")
+        return 1
+    print(f"        sources and benchmarks ready in {time.perf_counter() - started:.1f} s", flush=True)
+    order = sorted(keys, key=lambda k: -expected_steps(dry, k))
+    results = []
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        for job in concurrent.futures.as_completed([pool.submit(train, workspace, k, dry) for k in order]):
+            results.append(job.result())
+            print(line(results[-1]), flush=True)
+    failed = [r for r in results if not r["ok"]]
+    if not failed:
+        report = dvc(workspace, "repro", log=workspace / "logs" / "report.log")
+        if report.returncode != 0:
+            print(f"FAILED  report: {error_of(report)}")
+            return 1
+        print(f"ok      report: {workspace / 'results' / 'tables.md'}")
+    by_bench = {}
+    for key in keys:
+        by_bench[dry["runs"][key]["benchmark"]] = by_bench.get(dry["runs"][key]["benchmark"], 0) + 1
+    print(f"{len(results) - len(failed)} of {len(results)} run(s) passed in {time.perf_counter() - started:.1f} s "
+          f"({', '.join(f'{b}: {n}' for b, n in sorted(by_bench.items()))})")
+    for r in failed:
+        print(f"failed: {r['key']}: {r['error']}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
