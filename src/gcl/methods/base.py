@@ -50,6 +50,14 @@ class ReplaySettings(MethodSettings):
     replay_batch: int = Field(gt=0, description="buffer samples replayed at each step")
 
 
+def weights_changed() -> None:
+    """To be called after every in-place update of weights that a later forward pass in the same step reads.
+    Autocast (bf16) casts a weight once per context and reuses that copy until the context exits, so without
+    this, a second update in one context computes with the weights as they were before the first (measured:
+    JOINT, which trains its whole offline phase in one context, stayed at chance under bf16)."""
+    torch.clear_autocast_cache()
+
+
 class Method:
     """Base class: `observe` takes one stream batch and makes one update.
 
@@ -100,6 +108,7 @@ class Method:
         with_grad = [p for p in self.params if p.grad is not None]
         if with_grad:
             torch._foreach_add_(with_grad, [p.grad for p in with_grad], alpha=-self.cfg["lr"])
+        weights_changed()
 
     def replay_batch(self, size: int, *names: str) -> tuple[torch.Tensor, ...]:
         """A random buffer batch of the given fields, the examples freshly augmented."""

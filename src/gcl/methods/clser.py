@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from gcl.methods.base import Method, MethodContext, ReplaySettings, register
+from gcl.methods.base import Method, MethodContext, ReplaySettings, register, weights_changed
 
 
 def memory_targets(stable_logits: torch.Tensor, plastic_logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -140,6 +140,7 @@ class CLSER(Method):
         params = list(memory.parameters())
         torch._foreach_mul_(params, a)
         torch._foreach_add_(params, self._net_params, alpha=1.0 - a)
+        weights_changed()
 
     # ------------------------------------------------------------------ evaluation
 

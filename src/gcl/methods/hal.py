@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from gcl.methods.base import Method, ReplaySettings, TaskData, register
+from gcl.methods.base import Method, ReplaySettings, TaskData, register, weights_changed
 from gcl.core.buffer import ReservoirBuffer, to_device
 
 
@@ -217,8 +217,10 @@ class HAL(Method):
             with torch.no_grad():      # f at theta~ = theta - lr * grad CE, held constant
                 saved = [p.detach().clone() for p in self.params]
                 torch._foreach_add_(self.params, grads, alpha=-lr)
+                weights_changed()
                 tilde = self.net(self.anchors)
                 torch._foreach_copy_(self.params, saved)
+                weights_changed()
             stability = self.cfg["hal_lambda"] * (tilde - self.net(self.anchors)).pow(2).mean()
             grads = torch._foreach_add(grads, torch.autograd.grad(stability, self.params))
         for p, g in zip(self.params, grads):
@@ -241,6 +243,7 @@ class HAL(Method):
             ft_loss = F.cross_entropy(theta_m(self.ctx.train_transform(buf_x)), buf_y)
             with torch.no_grad():
                 torch._foreach_add_(ft_params, torch.autograd.grad(ft_loss, ft_params), alpha=-self.cfg["lr"])
+                weights_changed()
         theta_m.requires_grad_(False)
         lo, hi = task.classes
         classes = torch.arange(lo, hi, device=task.y.device)

@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from gcl.methods.base import Method, MethodSettings, TaskData, register
+from gcl.methods.base import Method, MethodSettings, TaskData, register, weights_changed
 
 
 class LwFSettings(MethodSettings):
@@ -147,4 +147,5 @@ class LwF(Method):
                 with torch.no_grad():   # only rows lo:hi have a gradient; the others stay as they are
                     head.weight.sub_(lr * weight_grad)
                     head.bias.sub_(lr * bias_grad)
+                weights_changed()
         self.net.train(was_training)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from gcl.methods.base import weights_changed
+
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 
 
@@ -64,6 +66,7 @@ class Adam(nn.Module):
             update = m / denom
             update.mul_(step_size)
             self.params.sub_(update)
+            weights_changed()
             return
         mask = mask.to(m.dtype)
         self.steps += mask
@@ -72,3 +75,4 @@ class Adam(nn.Module):
         v.add_(mask * (1 - BETA2) * (g * g - v))
         denom = (v / (1 - BETA2 ** t)).sqrt_().add_(EPS)
         self.params.sub_(mask * self.lr / (1 - BETA1 ** t) * m / denom)
+        weights_changed()
