@@ -33,7 +33,7 @@ def counted_aot_eager(monkeypatch):
     calls = []
 
     def compile_extractor(fn, mode):
-        compiled = torch.compile(fn, backend="aot_eager", dynamic=False)
+        compiled = torch.compile(fn, backend="aot_eager", dynamic=None)   # as compile_extractor
 
         def counted(*args):
             calls.append(args[1].shape)
@@ -163,6 +163,7 @@ def test_compile_mode_follows_the_setting_the_device_and_the_method(monkeypatch)
     er, gss = METHODS["er"], METHODS["gss"]
     cuda = torch.device("cuda")
     monkeypatch.setattr(train, "triton_available", lambda device: True)
+    monkeypatch.setattr(train, "compiler_failure", lambda device: None)
     assert compile_mode("auto", CPU, er) is None            # a CPU run stays eager (and identical to before)
     assert compile_mode("auto", cuda, er) == "reduce-overhead"
     assert compile_mode(True, CPU, er) == "default"
@@ -203,3 +204,56 @@ def test_bf16_autocast_reaches_inside_the_compiled_graph(tiny_mnist360, counted_
     assert counted_aot_eager
     assert compiled.loss_curve == eager.loss_curve and compiled.acc_matrix == eager.acc_matrix
     assert compiled.loss_curve != fp32.loss_curve
+
+
+def test_a_stream_of_more_batch_sizes_than_the_graph_limit_stays_compiled(monkeypatch):
+    """MNIST-360's segments end in batches of many sizes (9-12 in the profiles' streams), more than dynamo's 8
+    graphs per function: with fixed shapes the ninth size on ran eagerly. The batch dimension becomes symbolic
+    after the second size, so 13 sizes take 2 graphs and none falls back."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    counter = CompileCounterWithBackend("aot_eager")
+    real_compile = torch.compile
+    monkeypatch.setattr(backbones.torch, "compile",
+                        lambda fn, mode=None, **options: real_compile(fn, backend=counter, **options))
+    compiled_extract.cache_clear()
+    torch._dynamo.reset()
+    try:
+        net = MLP((1, 28, 28), 10)
+        net.compile_mode = "default"
+        sizes = list(range(1, 14)) + [4, 16, 3]
+        for n in sizes:
+            net(torch.rand(n, 1, 28, 28)).sum().backward()
+    finally:
+        compiled_extract.cache_clear()
+        torch._dynamo.reset()
+    assert len(set(sizes)) > torch._dynamo.config.recompile_limit
+    assert counter.frame_count == 2
+
+
+def test_a_broken_triton_trains_eager_with_one_line_or_stops_with_one(monkeypatch, capsys):
+    """Triton installed but broken: auto falls back to eager with one line on stderr; true stops with one line."""
+    er, cuda = METHODS["er"], torch.device("cuda")
+    monkeypatch.setattr(train, "triton_available", lambda device: True)
+    monkeypatch.setattr(train, "compiler_failure", lambda device: "ImportError: libcuda.so cannot be found")
+    train._say_once.cache_clear()
+    assert compile_mode("auto", cuda, er) is None
+    assert compile_mode("auto", cuda, er) is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["compile: auto trains eager: torch.compile fails on cuda (ImportError: libcuda.so cannot be found)"]
+    with pytest.raises(UserError, match="compile: true, but torch.compile fails on cuda .*repair Triton"):
+        compile_mode(True, cuda, er)
+
+
+def test_the_compiler_probe_reports_a_failure_in_one_line(monkeypatch):
+    from gcl.core import devices
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("triton: cannot build the launcher\nlong details")
+
+    monkeypatch.setattr(devices.torch, "compile", broken)
+    devices.compiler_failure.cache_clear()
+    try:
+        assert devices.compiler_failure(CPU) == "RuntimeError: triton: cannot build the launcher"
+    finally:
+        devices.compiler_failure.cache_clear()

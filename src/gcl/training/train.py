@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import random
+import sys
 import time
 from collections.abc import Callable
 
@@ -18,7 +20,7 @@ from gcl.methods import METHODS, MethodContext
 from gcl.methods.base import Method, TaskData
 from gcl.core.backbones import begin_step, build_backbone
 from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
-from gcl.core.devices import environment, triton_available
+from gcl.core.devices import compiler_failure, environment, triton_available
 from gcl.training.evaluate import Evaluator, summarise
 from gcl.training.progress import Progress, StreamProgress
 
@@ -106,7 +108,19 @@ def compile_mode(setting: bool | str, device: torch.device, method_cls: type[Met
             return None
         raise UserError("compile: true needs Triton on this GPU (pip install triton; compute capability 7.0 or "
                         "later): install it, or set the benchmark's compile to auto (eager here) or false")
-    return "reduce-overhead"
+    failure = compiler_failure(device)
+    if failure is None:
+        return "reduce-overhead"
+    if setting == "auto":
+        _say_once(f"compile: auto trains eager: torch.compile fails on {device} ({failure})")
+        return None
+    raise UserError(f"compile: true, but torch.compile fails on {device} ({failure}): repair Triton (pip install "
+                    "--force-reinstall triton matching this torch), or set the benchmark's compile to auto or false")
+
+
+@functools.lru_cache(maxsize=None)
+def _say_once(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def setup_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: torch.device) -> SeedSetup:
@@ -120,15 +134,17 @@ def setup_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: t
     if not schedule.evaluate_along:
         stream = dataclasses.replace(stream, eval_after=[])
     net = build_backbone(bench_cfg["backbone"], bench["input_shape"], bench["n_classes"],
-                         channels_last=bench_cfg.get("channels_last", False)).to(device)
+                         channels_last=bench_cfg.get("channels_last", False), width=bench_cfg.get("width"),
+                         input_pool=bench_cfg.get("input_pool", 1)).to(device)
     net.compile_mode = compile_mode(bench_cfg.get("compile", "auto"), device, method_cls)
     ctx = MethodContext(device=device, n_classes=bench["n_classes"], train_transform=train_transform,
                         generator=generator, epochs=bench_cfg["epochs"], plain_transform=test_transform)
     method = method_cls(net, run_cfg, ctx)
     evaluate = Evaluator(bench, test_transform, device)
-    # bf16 autocast (a CUDA option) is entered afresh for every step and evaluation: autocast caches its bf16
+    # bf16 autocast (on a GPU, or a CPU) is entered afresh for every step and evaluation: autocast caches its bf16
     # copies of the weights until its context exits, so one context around the whole loop would keep training
-    # on the weights as they were before the first in-place SGD update (the network would never learn)
+    # on the weights as they were before the first in-place SGD update; a method that updates several times in
+    # one step drops the copies itself after each update (gcl.methods.base.weights_changed)
     def amp():
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bench_cfg.get("bf16", False))
 
