@@ -1,8 +1,12 @@
 """ER-ACE: the asymmetric cross-entropy by hand, and the method in the loop without task boundaries."""
+import pytest
 import torch
 import torch.nn.functional as F
 
-from gcl.methods import METHODS
+from gcl.core.backbones import MLP
+from gcl.core.errors import UserError
+from gcl.data.transforms import to_unit_float
+from gcl.methods import METHODS, MethodContext
 from gcl.methods.erace import asymmetric_logits
 from gcl.training.train import run_seed
 
@@ -45,3 +49,16 @@ def test_learns_without_task_boundaries(tiny_mnist360):
     sgd = run_seed(bench, cfg, {**run, "method": "sgd", "algorithm": "sgd", "buffer": "none"}, 0, CPU)
     result = run_seed(bench, cfg, run, 0, CPU)
     assert result.class_il > sgd.class_il and result.class_il > 100 / 9
+
+
+def test_batch_1_is_refused_before_training():
+    """A one-image stream batch leaves the asymmetric cross-entropy over one logit once every class is seen:
+    exactly zero, with no gradient (so a batch-1 "ER-ACE" run is replay alone). Shown, then refused."""
+    logits = torch.randn(1, 5, requires_grad=True)
+    y = torch.tensor([2])
+    loss = F.cross_entropy(asymmetric_logits(logits, y, seen_of(0, 1, 2, 3, 4)), y)
+    loss.backward()
+    assert loss.item() == 0.0 and torch.all(logits.grad == 0)
+    ctx = MethodContext(device=CPU, n_classes=5, train_transform=to_unit_float, generator=torch.Generator())
+    with pytest.raises(UserError, match="batch 1 is not ER-ACE"):
+        METHODS["er-ace"](MLP((1, 28, 28), 5), {"lr": 0.1, "batch": 1, "replay_batch": 4, "buffer": 10}, ctx)

@@ -10,6 +10,7 @@ the buffer holds samples (the second step).
 import torch
 import torch.nn.functional as F
 
+from gcl.core.errors import UserError
 from gcl.methods.base import Method, MethodContext, ReplaySettings, register
 
 
@@ -38,6 +39,11 @@ class ERACE(Method):
     state_attrs = ("seen",)
 
     def __init__(self, net, cfg: dict, ctx: MethodContext):
+        if cfg["batch"] < 2:
+            # a refusal here, not in the settings: a committed reproduction that ran batch 1 must still be readable
+            raise UserError("er-ace: batch 1 is not ER-ACE: once every class has been seen, a one-image stream batch's "
+                            "asymmetric cross-entropy runs over that image's class alone (a zero loss with no "
+                            "gradient), leaving replay alone; set the run's batch to 2 or more")
         super().__init__(net, cfg, ctx)
         self.seen = torch.zeros(ctx.n_classes, dtype=torch.bool, device=ctx.device)
 
