@@ -6,7 +6,7 @@ warm_start()   # first: a warm process runs this script when one is available (g
 
 from pathlib import Path  # noqa: E402
 
-from gcl.config import load_params, read_current, resolve_profile, resolve_report  # noqa: E402
+from gcl.config import load_params, read_current, resolve_report  # noqa: E402
 from gcl.core.layout import resolved_report  # noqa: E402
 from gcl.report.tables import write_report  # noqa: E402
 from gcl.training.run import sweep_finished_progress  # noqa: E402
@@ -16,7 +16,7 @@ PAPER = sorted(Path("reference").glob("*.csv"))   # the published numbers our ru
 
 def main() -> None:
     resolved = read_current(resolved_report(), resolve_report(load_params()), "report", "report")
-    warnings = write_report(resolved, "results", PAPER, resolve_profile=resolve_profile)
+    warnings = write_report(resolved, "results", PAPER)
     print(f"report written to results/ ({len(warnings)} warning(s))")
     swept = sweep_finished_progress(resolved["runs"])    # left by runs DVC restored from its run cache
     if swept:

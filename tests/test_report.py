@@ -10,7 +10,6 @@ import pytest
 from gcl.core.atomic import write_json
 from gcl.report.common import ReportError
 from gcl.report.tables import OUTPUTS, write_report
-from gcl.config import resolve_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = sorted((ROOT / "reference").glob("*.csv"))
@@ -369,51 +368,6 @@ def test_each_seed_says_where_it_was_computed_and_mixed_environments_are_flagged
     assert "torch 2.14.1, Some CPU, 1 thread(s), fp32 (8 seeds); " \
            "torch 2.14.1, Some CPU, 1 thread(s), fp32, compiled (reduce-overhead) (2 seeds)" in t1
     assert set(pd.read_csv("results/summary.csv").env_compiled.fillna("-")) == {"-", "reduce-overhead"}
-
-
-# ------------------------------------------------------------------ another profile's committed results
-
-def reproduction(folder: Path, drop_seed: int | None = None) -> Path:
-    """A committed reproduction: profiles/ci.yaml (MNIST-360: SGD, JOINT, ER/200, seeds 0 and 1) relabelled,
-    with a results/summary.csv holding every seed of its runs (ER at 70 and 72)."""
-    import yaml
-    params = yaml.safe_load((ROOT / "profiles/ci.yaml").read_text())
-    params["report"]["benchmarks"]["mnist-360"]["label"] = "MNIST-360 on full MNIST"
-    (folder / "results").mkdir(parents=True)
-    (folder / "params.yaml").write_text(yaml.safe_dump(params))
-    acc = {"sgd": [19.0, 21.0], "joint": [80.0, 84.0], "er": [70.0, 72.0]}
-    rows = [{"benchmark": "mnist-360", "method": r["method"], "buffer": str(r["buffer"]), "seed": seed,
-             "class_il": acc[r["method"]][seed], "task_il": None, "forgetting": 3.0, "steps": 13510, "samples": 54040,
-             "train_seconds": 60.0, "samples_per_second": 900.0, "device": "cpu",
-             **{f"env_{k}": v for k, v in ENV.items()}}
-            for r in params["runs"].values() for seed in params["seeds"] if seed != drop_seed or r["method"] != "er"]
-    pd.DataFrame(rows).to_csv(folder / "results" / "summary.csv", index=False)
-    return folder
-
-
-def test_a_committed_reproduction_comes_first_with_its_own_tables(resolved, tmp_path):
-    reproduction(tmp_path / "reproductions" / "full")
-    resolved["report"]["reproductions"] = ["reproductions/full"]
-    write_report(resolved, "results", PAPER, resolve_profile=resolve_profile)
-    text = tables_md()
-    assert text.index("## Reproduction: MNIST-360 on full MNIST") < text.index("## This profile (params.yaml)")
-    rep = section(text, "## Reproduction: MNIST-360 on full MNIST")
-    assert "`reproductions/full`" in rep and "54,040 stream samples per seed" in rep
-    t1 = table(section(section(rep, "### Table 1: Class-IL / general continual accuracy"), "#### mnist-360"))
-    assert t1["ER"]["B=200 ours"] == "71.00 ± 1.41" and t1["ER"]["B=200 paper"] == "49.27"
-    assert t1["JOINT"]["no buffer ours"] == "82.00 ± 2.83 ≈" and t1["JOINT"]["no buffer paper"] == "82.98"
-    own = section(text, "## This profile (params.yaml)")
-    assert table(section(section(own, "### Table 1: Class-IL"), "#### mnist-360"))["er"]["B=200 ours"] == "51.00 ± 1.41"
-
-
-def test_a_half_copied_reproduction_is_refused(resolved, tmp_path):
-    reproduction(tmp_path / "reproductions" / "full", drop_seed=1)
-    resolved["report"]["reproductions"] = ["reproductions/full"]
-    with pytest.raises(ReportError, match=r"reproductions/full/results/summary.csv does not hold the runs .*1 seed\(s\) missing"):
-        write_report(resolved, "results", PAPER, resolve_profile=resolve_profile)
-    resolved["report"]["reproductions"] = ["reproductions/none"]
-    with pytest.raises(ReportError, match=r"reproductions/none/params.yaml is missing"):
-        write_report(resolved, "results", PAPER, resolve_profile=resolve_profile)
 
 
 def test_a_full_disk_writing_the_report_is_one_line_naming_results_and_keeps_the_old_ones(resolved, monkeypatch):

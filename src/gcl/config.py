@@ -276,6 +276,14 @@ def resolve_profile(params_path: Path) -> dict:
     return resolve_report(load_params(params_path))
 
 
+def check_reproductions(params: dict) -> dict:
+    """Each folder of report.reproductions, verified against its own dvc.lock and resolved as the report reads it
+    (gcl.report.reproductions)."""
+    from gcl.report.reproductions import verify   # here: pandas, which no other stage of this module needs
+    report = validate(ReportSettings, params.get("report"), "report")
+    return {Path(folder).as_posix(): verify(folder, resolve_profile) for folder in report.reproductions}
+
+
 def check_runs(params: dict) -> dict:
     """Every run and the report, resolved; two runs writing one folder are refused."""
     from gcl.methods import METHODS

@@ -117,4 +117,5 @@ class ReportSettings(Settings):
     headline: Headline = Field(default_factory=Headline, description="the top of tables.md and results/metrics.json")
     curves: Curves = Field(default_factory=Curves, description="how the accuracy curves are grouped into panels")
     reproductions: list[str] = Field([], description="folders holding another profile's committed results (its "
-                                                     "params.yaml and results/summary.csv), shown first in tables.md")
+                                                     "params.yaml, dvc.lock and results/), verified against that "
+                                                     "dvc.lock (stage check@reproductions) and shown first in tables.md")

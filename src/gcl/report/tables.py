@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from gcl.core.layout import run_dir
 from gcl.core.results import RunResult
 from gcl.report.figures import draw_all, write_plot_data
 from gcl.report.common import ReportError, buffer_key, warn
+from gcl.report.reproductions import read_verified
 from gcl.report.settings import ReportSettings
 
 OUTPUTS = ("tables.md", "summary.csv", "metrics.json", "figures", "plots")
@@ -99,12 +99,9 @@ def read_paper(paper_csvs) -> pd.DataFrame:
     return pd.concat([pd.read_csv(f, dtype={"buffer": "string"}) for f in paper_csvs], ignore_index=True)
 
 
-ResolveProfile = Callable[[Path], dict]   # a profile's params.yaml -> its resolved report settings
-
-
 @dataclass
 class Reproduction:
-    """Another profile's committed results: `folder`/params.yaml and `folder`/results/summary.csv."""
+    """Another profile's committed results: `folder`/params.yaml resolved, and `folder`/results/summary.csv."""
     folder: str
     title: str
     resolved: dict
@@ -113,30 +110,14 @@ class Reproduction:
     head: list[dict]
 
 
-def read_reproduction(folder: str | Path, paper: pd.DataFrame, resolve_profile: ResolveProfile) -> Reproduction:
-    """Load and check one folder of `report.reproductions`: its summary must hold every seed of every run its
-    params.yaml lists, and nothing else, or it is refused (a half-copied or stale folder). `resolve_profile`
-    turns a params file into what the report reads (gcl.config's job: the report knows no params.yaml)."""
-    folder = Path(folder)
-    fix = (f"copy params.yaml, dvc.lock and results/ of a finished `dvc repro` of that profile into {folder} "
-           "(README: 'Another profile'), or remove it from report.reproductions")
-    params_path, summary_path = folder / "params.yaml", folder / "results" / "summary.csv"
-    for path in (params_path, summary_path):
-        if not path.is_file():
-            raise ReportError(f"{path} is missing (report.reproductions lists {folder}): {fix}")
-    resolved = resolve_profile(params_path)
-    summary = pd.read_csv(summary_path, dtype={"buffer": str})
-    want = {(r["benchmark"], r["method"], str(r["buffer"]), seed) for r in resolved["runs"].values()
-            for seed in resolved["seeds"]}
-    have = set(zip(summary.benchmark, summary.method, summary.buffer.astype(str), summary.seed.astype(int)))
-    if want != have:
-        missing, extra = sorted(want - have), sorted(have - want)
-        raise ReportError(f"{summary_path} does not hold the runs {params_path} lists ({len(missing)} seed(s) missing, "
-                          f"e.g. {missing[:2]}; {len(extra)} not listed, e.g. {extra[:2]}): {fix}")
+def read_reproduction(folder: str | Path, paper: pd.DataFrame) -> Reproduction:
+    """One folder of `report.reproductions`, as check@reproductions verified it against its own dvc.lock
+    (gcl.report.reproductions: every seed of every run its params.yaml lists, once, nothing edited)."""
+    resolved, summary = read_verified(folder)
     settings = ReportSettings.model_validate(resolved.get("report") or {})
     labels = [cfg.get("label") or name for name, cfg in resolved["benchmarks"].items()]
     head = headline(summary, paper, Display(resolved, settings))
-    return Reproduction(folder.as_posix(), "; ".join(labels), resolved, settings, summary, head)
+    return Reproduction(Path(folder).as_posix(), "; ".join(labels), resolved, settings, summary, head)
 
 
 # ---------------------------------------------------------------------------- display settings
@@ -447,20 +428,16 @@ def render_tables(resolved: dict, settings: ReportSettings, summary: pd.DataFram
 
 # ---------------------------------------------------------------------------- writing
 
-def write_report(resolved: dict, out_dir: str | Path, paper_csvs: list[str | Path],
-                 resolve_profile: ResolveProfile | None = None) -> list[str]:
+def write_report(resolved: dict, out_dir: str | Path, paper_csvs: list[str | Path]) -> list[str]:
     """Build every output in a temporary folder beside `out_dir`; move them into place only when all
-    succeeded. Returns the warnings (also printed and listed at the top of tables.md). `resolve_profile`
-    reads the params.yaml of each folder of `report.reproductions` (needed only when it lists any)."""
+    succeeded. Returns the warnings (also printed and listed at the top of tables.md)."""
     out_dir = Path(out_dir)
     settings = ReportSettings.model_validate(resolved.get("report") or {})
     display = Display(resolved, settings)
     cells = load_cells(resolved)
     summary = summary_frame(cells)
     paper = read_paper(paper_csvs)
-    if settings.reproductions and resolve_profile is None:
-        raise TypeError("write_report: report.reproductions lists folders, so resolve_profile is needed")
-    reproductions = [read_reproduction(f, paper, resolve_profile) for f in settings.reproductions]
+    reproductions = [read_reproduction(f, paper) for f in settings.reproductions]
     warnings: list[str] = []
     for folder in stale_runs(resolved):
         warn(f"stale: {folder} is not a run of params.yaml; delete it", warnings)
