@@ -42,10 +42,13 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
+import fcntl
 import fnmatch
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -57,7 +60,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from gcl.config import load_params, resolve_run  # noqa: E402
+from gcl.config import algorithm_of, load_params, resolve_run  # noqa: E402
 from gcl.core.devices import available_cores  # noqa: E402
 from gcl.core.layout import run_dir  # noqa: E402
 from gcl.data.random_sources import SOURCE_SHAPES  # noqa: E402
@@ -75,6 +78,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("profile", type=Path, help="a params file (profiles/paper.yaml)")
     ap.add_argument("--runs", nargs="+", default=["*"], metavar="GLOB", help="runs whose keys match any of these "
                     "shell-style patterns (default: every run)")
+    ap.add_argument("--one-per-method", action="store_true", help="of the selected runs, one per benchmark and "
+                    "method implementation (its smallest buffer): every code path at a fraction of the cost")
+    ap.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N: where the runs train")
     ap.add_argument("--scale", type=float, default=0.1, help="share of each class's training images kept, about "
                     "(default 0.1; 1: the real counts)")
     ap.add_argument("--epochs", type=int, default=2, help="passes over each task at most (default 2)")
@@ -102,10 +108,16 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 # ------------------------------------------------------------------------ the dry profile
 
-def selected_runs(params: dict, patterns: list[str]) -> list[str]:
+def selected_runs(params: dict, patterns: list[str], one_per_method: bool = False) -> list[str]:
     keys = [k for k in params["runs"] if any(fnmatch.fnmatchcase(k, p) for p in patterns)]
     if not keys:
         raise SystemExit(f"error: no run of the profile matches {' '.join(patterns)}")
+    if one_per_method:
+        first = {}
+        for key in sorted(keys, key=lambda k: buffer_of(params["runs"][k])):
+            run = params["runs"][key]
+            first.setdefault((run["benchmark"], algorithm_of(params, run["method"])), key)
+        keys = [k for k in keys if k in first.values()]
     return keys
 
 
@@ -143,7 +155,7 @@ def dry_profile(params: dict, keys: list[str], args: argparse.Namespace) -> dict
         if block.get("algorithm", name) == "cndpm":
             block.update({k: min(block.get(k, args.sleep_steps), args.sleep_steps) for k in CNDPM_SLEEP})
             block.update({k: min(block.get(k, v), v) for k, v in CNDPM_CUT.items()})
-    return {"seeds": params["seeds"][:1], "device": "cpu", "workers": 1, "threads": 1, "mps": "off",
+    return {"seeds": params["seeds"][:1], "device": args.device, "workers": 1, "threads": 1, "mps": "off",
             "sources": sources, "benchmarks": benchmarks, "methods": methods, "runs": runs,
             "report": dry_report(params.get("report") or {}, runs, bench_names)}
 
@@ -174,8 +186,14 @@ def keeps_remainders(params: dict, runs: list[dict], d: int) -> bool:
     digit into 6 chunks of n // 6 + 1, each of which changes by d / 6, which the batch must divide."""
     for run in runs:
         bench, batch = params["benchmarks"][run["benchmark"]], run_batch(params, run)
-        change = d // 6 if bench["kind"] == "mnist-360" and d % 6 == 0 else \
-            None if bench["kind"] == "mnist-360" else bench["classes_per_task"] * d
+        if bench["kind"] == "mnist-360":
+            change = d // 6 if d % 6 == 0 else None
+        elif bench["kind"] == "sequential":
+            change = bench["classes_per_task"] * d
+        else:
+            raise SystemExit(f"error: the dry run does not know how a {bench['kind']!r} benchmark's stream depends on "
+                             "its image counts (keeps_remainders in tools/dryrun.py): add its rule, or run with "
+                             "--scale 1")
         if change is None or change % batch:
             return False
     return True
@@ -231,8 +249,22 @@ def prepare_workspace(workspace: Path, profile: dict, fresh: bool) -> None:
     (workspace / "params.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
     if not (workspace / ".git").exists():
         git(workspace, "init", "-q")
-    git(workspace, "add", "-A", ".")
+    # the project's files only: the outputs of an earlier call are DVC's, and DVC refuses outputs that git tracks
+    git(workspace, "add", "-A", "params.yaml", *PROJECT_PARTS)
     git(workspace, "commit", "-qm", "dry run", "--allow-empty")
+
+
+@contextlib.contextmanager
+def only_dry_run(workspace: Path):
+    """One dry run at a time in a workspace: a second would replace the code under the first one's stages."""
+    workspace.mkdir(parents=True, exist_ok=True)
+    with open(workspace.parent / f".{workspace.name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SystemExit(f"error: another dry run is using {workspace}: wait for it, or give this one another "
+                             "--workspace") from None
+        yield
 
 
 def git(cwd: Path, *args: str) -> None:
@@ -254,11 +286,16 @@ def dvc(workspace: Path, *args: str, log: Path | None = None) -> subprocess.Comp
 
 
 def error_of(done: subprocess.CompletedProcess) -> str:
-    """The one line that says why a dvc command failed: the stage's own last line (its one-line error, or a
-    traceback's exception), not DVC's summary that follows it."""
+    """The one line that says why a dvc command failed: the stage's own one-line error, else the exception line
+    of its traceback, else DVC's first error line."""
     lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-    own = [line for line in lines if not line.startswith("ERROR: failed to reproduce")]
-    return (own or lines or [f"exit status {done.returncode}"])[-1]
+    for wanted in (lambda line: line.startswith("error: "),
+                   lambda line: re.match(r"^[\w.]+(Error|Exception|Interrupt)\b", line),
+                   lambda line: line.startswith("ERROR: ")):
+        found = [line for line in lines if wanted(line)]
+        if found:
+            return found[-1] if not found[-1].startswith("ERROR: ") else found[0]
+    return (lines or [f"exit status {done.returncode}"])[-1]
 
 
 # ------------------------------------------------------------------------ running
@@ -295,9 +332,14 @@ def line(result: dict) -> str:
 def main(argv=None) -> int:
     args = parse_args(argv)
     params = load_params(args.profile)
-    keys = selected_runs(params, args.runs)
+    keys = selected_runs(params, args.runs, args.one_per_method)
     dry = dry_profile(params, keys, args)
     workspace = (args.workspace or ROOT / ".dryrun" / args.profile.stem).resolve()
+    with only_dry_run(workspace):
+        return dry_run(args, params, keys, dry, workspace)
+
+
+def dry_run(args: argparse.Namespace, params: dict, keys: list[str], dry: dict, workspace: Path) -> int:
     started = time.perf_counter()
     prepare_workspace(workspace, dry, args.fresh)
     print(f"dry run of {len(keys)} run(s) of {args.profile} in {workspace}, {args.jobs} at a time", flush=True)

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The checks that need a GPU, in one call, before the paper grid is started on one:
+#
+#   bash tools/gpucheck.sh [OUT]          # OUT (default gpucheck/) receives one log per check and summary.txt
+#
+# 1. compilecheck, fp32 and bf16: ER, DER++, CoCa and CLS-ER trained eager and compiled (CUDA graphs) side by side
+#    on seq-cifar10's real stream: the same losses to rounding, and the speed-up.
+# 2. One MNIST-360 seed at full MNIST's size, compiled, with dynamo's recompilations logged (TORCH_LOGS=recompiles):
+#    a stream of many batch sizes must compile a handful of graphs, not one per size.
+# 3. gridcost with several processes sharing the GPU under NVIDIA's MPS (started if it is installed): what the
+#    paper grid costs on this card.
+# 4. The dry run of one image cell on the GPU at full width, bf16 and compiled, through `dvc repro`.
+#
+# Needs the project installed (pip install -e .) and an NVIDIA GPU; each check has a time limit, and the exit
+# status is the number of checks that failed. Every figure it prints belongs to the card named in summary.txt.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-gpucheck}
+mkdir -p "$out"
+failed=0
+
+check() {   # check NAME LIMIT_SECONDS COMMAND...: run it, log it, say how it ended
+    local name=$1 limit=$2
+    shift 2
+    local start=$SECONDS
+    if timeout "$limit" "$@" > "$out/$name.log" 2>&1; then
+        echo "ok      $name ($((SECONDS - start)) s)" | tee -a "$out/summary.txt"
+    else
+        echo "FAILED  $name (exit $?, $((SECONDS - start)) s): see $out/$name.log" | tee -a "$out/summary.txt"
+        failed=$((failed + 1))
+    fi
+}
+
+{
+    echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
+    python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
+} > "$out/summary.txt"
+cat "$out/summary.txt"
+
+check compilecheck-fp32 900 python tools/compilecheck.py --benchmarks seq-cifar10 --methods er,derpp,coca,clser --device cuda
+check compilecheck-bf16 900 python tools/compilecheck.py --benchmarks seq-cifar10 --methods er,derpp,coca,clser --device cuda --bf16
+check mnist360-recompiles 900 env TORCH_LOGS=recompiles python tools/dryrun.py profiles/paper.yaml \
+    --runs mnist-360-clser-200 --scale 1 --device cuda --compile true --workspace "$out/dry-mnist360" --fresh
+nvidia-cuda-mps-control -d > /dev/null 2>&1 || true   # gridcost's processes share the GPU better under MPS
+check gridcost-4-processes 900 python tools/gridcost.py --benchmarks seq-cifar10 --methods er,derpp,coca --processes 4 \
+    --device cuda --steps 100
+check dryrun-image-cell 900 python tools/dryrun.py profiles/paper.yaml --runs seq-cifar10-coca-200 --device cuda --bf16 \
+    --width 64 --pooled-size 32 --workspace "$out/dry-image" --fresh
+grep -h "recompil" "$out/mnist360-recompiles.log" "$out"/dry-mnist360/logs/*.log 2>/dev/null | head -20 \
+    > "$out/recompiles.txt"
+echo "recompilations logged: $(wc -l < "$out/recompiles.txt") line(s) (first 20 in $out/recompiles.txt)" | tee -a "$out/summary.txt"
+exit "$failed"
