@@ -187,3 +187,17 @@ def test_a_run_finishes_with_its_progress_on_a_real_other_file_system(run_spec, 
     out = train_run(run_spec)
     assert torch.load(out.parent / "features.pt")["seed"] == 0
     assert os.listdir(small_fs) == []
+
+
+def test_a_real_full_disk_stops_a_run_in_one_line_and_the_rerun_loses_nothing(run_spec, small_fs):
+    """.gcl-progress on a file system too small for the seed's features: one line naming the file, and once
+    there is room the rerun finishes with the numbers of a run that never stopped."""
+    subprocess.run(["mount", "-o", "remount,size=8k", str(small_fs)], check=True)   # the features take 13 kB
+    PROGRESS_DIR.symlink_to(small_fs)
+    line = refusal(lambda: train_run(run_spec))
+    assert line.startswith(f"cannot use {PROGRESS_DIR / 'er-50'}/") and FULL in line, line
+    assert not [p for p in small_fs.rglob("*") if p.name.endswith(".tmp")]          # nothing half-written
+    subprocess.run(["mount", "-o", "remount,size=16m", str(small_fs)], check=True)   # room made
+    resumed = json.loads(train_run(run_spec).read_text())["seeds"]["0"]
+    again = json.loads(train_run(run_spec).read_text())["seeds"]["0"]                # from scratch, uninterrupted
+    assert resumed["acc_matrix"] == again["acc_matrix"] and resumed["class_il"] == again["class_il"]
