@@ -14,6 +14,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 TOP_LEVEL_SKIP = {".git", "data", "runs", "results", "resolved", ".gcl-progress", "dvc.lock", ".venv"}
 ANYWHERE_SKIP = {"__pycache__", ".pytest_cache", "*.egg-info"}
+CHECKS = {"check@data", "check@runs", "check@reproductions"}   # each reads params.yaml: every edit re-runs them
 
 
 def ignore(directory, names):
@@ -109,7 +110,7 @@ def test_changing_one_run_reruns_only_that_run(project, change):
         if "runs__mnist-360-er-200__epochs" in change:
             cell = json.loads((project / "runs/mnist-360/er/200/metrics.json").read_text())
             assert cell["config"]["benchmark"]["epochs"] == 2
-    assert ran == {"check@data", "check@runs", "train@mnist-360-er-200", "report"}
+    assert ran == {*CHECKS, "train@mnist-360-er-200", "report"}
     sh(project, "dvc", "repro")
 
 
@@ -118,12 +119,12 @@ def test_a_caption_reruns_only_the_report_and_threads_nothing(project):
     with edited(project, **{"report__benchmarks__mnist-360__label": "another caption"}):
         assert not train_stages_named(sh(project, "dvc", "status").stdout)
         ran = stages_run(sh(project, "dvc", "repro").stdout)
-        assert ran == {"check@data", "check@runs", "report"}
+        assert ran == {*CHECKS, "report"}
         assert "another caption" in (project / "results/tables.md").read_text()
     sh(project, "dvc", "repro")
     with edited(project, **{"threads": 2}):
         ran = stages_run(sh(project, "dvc", "repro").stdout)
-        assert ran == {"check@data", "check@runs"}
+        assert ran == CHECKS
     sh(project, "dvc", "repro")
 
 
@@ -267,7 +268,7 @@ def test_a_bad_param_stops_repro_before_training_with_the_projects_message(proje
         assert message in done.stdout + done.stderr
         assert not {s for s in stages_run(done.stdout) if s.startswith("train@")}
         assert not (project / ".gcl-progress" / "mnist-360-er-200").exists()   # stopped before training
-    assert stages_run(sh(project, "dvc", "repro").stdout) <= {"check@data", "check@runs"}
+    assert stages_run(sh(project, "dvc", "repro").stdout) <= CHECKS
 
 
 @pytest.mark.e2e
@@ -307,7 +308,9 @@ def test_a_cell_trained_on_another_machine_is_gathered_without_training_it(proje
     sh(tmp_path, "git", "clone", "-q", str(a), str(b))
     out = sh(b, "dvc", "repro", "--pull").stdout
     assert f"Stage 'train@{cell}' is cached - skipping run, checking out outputs" in out
-    assert stages_run(out) == {"train@mnist-360-sgd-none", "train@mnist-360-joint-none", "report"}
+    # check@reproductions too: `dvc repro train@<cell>` in A did not run it (it is upstream of the report only)
+    assert stages_run(out) == {"check@reproductions", "train@mnist-360-sgd-none", "train@mnist-360-joint-none",
+                               "report"}
     mine = json.loads((b / "runs/mnist-360/er/200/metrics.json").read_text())
     assert mine == json.loads((a / "runs/mnist-360/er/200/metrics.json").read_text())
     summary = pd.read_csv(b / "results/summary.csv")
@@ -333,3 +336,24 @@ def test_queued_experiments_run_and_both_show_in_exp_show(project):
     names = {r["name"] for rev in shown for exp in (rev.get("experiments") or []) for r in exp["revs"]}
     assert {"lr-0.05", "lr-0.1"} <= names, names
     sh(project, "dvc", "queue", "stop", check=False)
+
+
+@pytest.mark.e2e
+def test_an_edited_reproduction_stops_repro_before_the_report_and_results_stay(project):
+    """check@reproductions refuses it in one line before DVC deletes the report's outputs to run the report."""
+    summary = project / "reproductions/mnist-360/results/summary.csv"
+    original, before = summary.read_text(), (project / "results/tables.md").read_text()
+    summary.write_text(original.replace("19.608497", "29.608497", 1))
+    try:
+        with edited(project, report__reproductions=["reproductions/mnist-360"]):
+            done = sh(project, "dvc", "repro", check=False)
+    finally:
+        summary.write_text(original)
+    said = done.stdout + done.stderr
+    assert done.returncode != 0 and "Traceback" not in said, said
+    assert ("error: reproductions/mnist-360/results/summary.csv is not the file reproductions/mnist-360/dvc.lock "
+            "records") in said, said
+    assert "report" not in stages_run(done.stdout)
+    assert (project / "results/tables.md").read_text() == before and (project / "results/summary.csv").exists()
+    sh(project, "dvc", "repro")
+    assert "up to date" in sh(project, "dvc", "status").stdout
