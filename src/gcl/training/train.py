@@ -108,18 +108,17 @@ def compile_mode(setting: bool | str, device: torch.device, method_cls: type[Met
             return None
         raise UserError("compile: true needs Triton on this GPU (pip install triton; compute capability 7.0 or "
                         "later): install it, or set the benchmark's compile to auto (eager here) or false")
-    failure = compiler_failure(device)
-    if failure is None:
+    if (failure := compiler_failure(device)) is None:
         return "reduce-overhead"
     if setting == "auto":
-        _say_once(f"compile: auto trains eager: torch.compile fails on {device} ({failure})")
-        return None
+        return _say_once(f"compile: auto trains eager: torch.compile fails on {device} ({failure})")
     raise UserError(f"compile: true, but torch.compile fails on {device} ({failure}): repair Triton (pip install "
                     "--force-reinstall triton matching this torch), or set the benchmark's compile to auto or false")
 
 
 @functools.lru_cache(maxsize=None)
 def _say_once(line: str) -> None:
+    """Print `line` on stderr, once per process; returns None."""
     print(line, file=sys.stderr, flush=True)
 
 
