@@ -386,3 +386,20 @@ def test_a_full_disk_writing_the_report_is_one_line_naming_results_and_keeps_the
         write_report(resolved, "results", PAPER)
     assert error_line(failed.value).startswith("cannot use results: No space left on device. Fix: free disk space")
     assert tables_md() == before and sorted(os.listdir("results")) == sorted(OUTPUTS)
+
+
+def test_a_run_whose_settings_change_what_it_measures_says_so_under_its_table(resolved):
+    """A method's caveat (here ER-ACE at batch 1, as the committed MNIST-360 reproduction ran it) is a note under
+    every table that shows the run, and only there."""
+    from gcl.config import load_params, resolve_report
+
+    add(resolved, "mnist-360", "er-ace", 500, [61.0, 62.0], settings={"batch": 1, "replay_batch": 16})
+    add(resolved, "mnist-360", "er-ace", 200, [51.0, 52.0], settings={"batch": 4, "replay_batch": 16})
+    resolved["caveats"] = {"mnist-360-er-ace-500": "batch 1: replay alone"}
+    write_report(resolved, "results", PAPER)
+    class_il = section(tables_md(), "### mnist-360")
+    assert "- er-ace, B=500: batch 1: replay alone" in class_il and "B=200: batch 1" not in class_il
+    # the caveats come from the methods, for the committed reproduction too
+    caveats = resolve_report(load_params(ROOT / "reproductions/mnist-360/params.yaml"))["caveats"]
+    assert sorted(caveats) == ["mnist-360-er-ace-1000", "mnist-360-er-ace-500"]
+    assert all("replay alone" in text for text in caveats.values())

@@ -241,7 +241,8 @@ def resolve_run(params: dict, key: str, top: TopLevel | None = None) -> dict:
 
 def resolve_report(params: dict, runs: dict[str, dict] | None = None) -> dict:
     """What the report reads: the runs (flat), the benchmarks' display settings, seeds, the methods' registered
-    display defaults (algorithm, and a class's optional `label` / `paper_row`), and the report block.
+    display defaults (algorithm, and a class's optional `label` / `paper_row`), the runs' caveats (Method.caveat)
+    and the report block.
     `runs`: the runs as resolve_run gives them, when the caller has resolved them already."""
     from gcl.data.benchmarks import KINDS
     from gcl.methods import METHODS
@@ -267,8 +268,10 @@ def resolve_report(params: dict, runs: dict[str, dict] | None = None) -> dict:
         if missing:
             raise ParamsError(f"report.visualise.cells: {missing} are not runs on {report.visualise.benchmark!r}; "
                               f"use 'method/buffer' of a run on that benchmark")
+    # what a run measures where its settings make it something else than its method's name says (a table note)
+    caveats = {key: text for key, run in runs.items() if (text := METHODS[run["algorithm"]].caveat(run))}
     return {"seeds": params["seeds"], "benchmarks": benchmarks, "methods": methods, "runs": runs,
-            "report": report.model_dump()}
+            "caveats": caveats, "report": report.model_dump()}
 
 
 def resolve_profile(params_path: Path) -> dict:

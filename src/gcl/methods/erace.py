@@ -38,9 +38,18 @@ class ERACE(Method):
     Settings = ReplaySettings
     state_attrs = ("seen",)
 
+    @classmethod
+    def caveat(cls, cfg: dict) -> str | None:
+        if cfg["batch"] >= 2:
+            return None
+        return ("batch 1: once every class has been seen, a one-image stream batch's asymmetric cross-entropy runs "
+                "over that image's class alone, a zero loss with no gradient, so the row measures replay alone for "
+                "most of the stream (ER-ACE now refuses batch 1)")
+
     def __init__(self, net, cfg: dict, ctx: MethodContext):
         if cfg["batch"] < 2:
             # a refusal here, not in the settings: a committed reproduction that ran batch 1 must still be readable
+            # (its tables say what those rows measure: `caveat`)
             raise UserError("er-ace: batch 1 is not ER-ACE: once every class has been seen, a one-image stream batch's "
                             "asymmetric cross-entropy runs over that image's class alone (a zero loss with no "
                             "gradient), leaving replay alone; set the run's batch to 2 or more")

@@ -382,6 +382,10 @@ def render_profile(resolved: dict, settings: ReportSettings, summary: pd.DataFra
             if spec.rows is not None and len(present & set(spec.rows)) < 2:
                 continue        # named rows (an ablation) with one configuration run compare nothing
             table, notes = accuracy_table(spec, summary, paper, display, b)
+            shown = {m for _, m in table_rows(spec, display, present)}
+            notes += [f"{display.label(run['method'])}, B={run['buffer']}: {text}" for key, text in
+                      resolved.get("caveats", {}).items() if (run := resolved["runs"][key])["benchmark"] == b
+                      and run["method"] in shown]
             mixed = envs_of[b]
             if len(mixed) > 1:
                 notes = [f"its cells come from {len(mixed)} environments: " + "; ".join(mixed), *notes]
