@@ -76,6 +76,16 @@ def test_the_dry_profile_keeps_each_runs_settings_and_cuts_the_rest(paper):
     assert cut < 0.2 * sum(sum(SOURCE_SHAPES[s.removeprefix("random-")].counts("train")) for s in dry["sources"])
 
 
+def test_a_run_sees_the_same_stream_in_a_dry_run_of_a_few_runs(paper):
+    """The cut depends on the whole profile, not on the selection: the iCaRL run that crashed on its short pooled
+    step must meet the same stream alone as in the whole grid."""
+    params, whole = paper
+    keys = dryrun.selected_runs(params, ["seq-cifar10-icarl-200"])
+    alone = dryrun.dry_profile(params, keys, dryrun.parse_args([str(PAPER)]))
+    assert alone["sources"] == {"random-cifar10": whole["sources"]["random-cifar10"]}
+    assert "sensitivity" not in alone["report"] and "sensitivity" in whole["report"]
+
+
 def test_one_run_per_method_and_benchmark_takes_the_smallest_buffer():
     params = load_params(PAPER)
     keys = dryrun.selected_runs(params, ["seq-cifar10-*"], one_per_method=True)

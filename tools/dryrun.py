@@ -148,8 +148,10 @@ def dry_profile(params: dict, keys: list[str], args: argparse.Namespace) -> dict
             run["epochs"] = min(run["epochs"], args.epochs)
         if "seeds" in run:
             run["seeds"] = run["seeds"][:1]
-    for source, counts in cut_counts(params, runs, args.scale, args.epochs).items():
-        sources[f"random-{source}"]["train_per_class"] = counts
+    # cut as for the whole profile, whatever the selection: a run sees the same stream in every dry run
+    for source, counts in cut_counts(params, params["runs"], args.scale, args.epochs).items():
+        if f"random-{source}" in sources:
+            sources[f"random-{source}"]["train_per_class"] = counts
     methods = {m: dict(params["methods"][m] or {}) for m in sorted({r["method"] for r in runs.values()})}
     for name, block in methods.items():
         if block.get("algorithm", name) == "cndpm":
@@ -227,6 +229,13 @@ def dry_report(report: dict, runs: dict, bench_names: list[str]) -> dict:
         visualise["cells"] = [c for c in visualise.get("cells", []) if c in cells]
         if not visualise["cells"]:
             del report["visualise"]
+    sensitivity = report.get("sensitivity")
+    if sensitivity:       # a sweep is drawn only when every one of its points is a selected run
+        points = {r["method"] for r in runs.values()
+                  if r["benchmark"] == sensitivity["benchmark"] and r["buffer"] == sensitivity["buffer"]}
+        sensitivity["sweeps"] = [w for w in sensitivity["sweeps"] if set(w["methods"]) <= points]
+        if not sensitivity["sweeps"]:
+            del report["sensitivity"]
     return report
 
 
