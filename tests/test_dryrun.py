@@ -66,8 +66,8 @@ def test_the_dry_profile_keeps_each_runs_settings_and_cuts_the_rest(paper):
     for name, block in dry["benchmarks"].items():
         real = params["benchmarks"][name]
         assert block["epochs"] == min(real["epochs"], 2) and block["source"] == f"random-{real['source']}"
-        assert (block.get("width"), block.get("input_pool")) == ((2, SOURCE_SHAPES[real["source"]].image[1] // 4)
-                                                                 if real["backbone"] == "resnet18" else (None, None))
+        assert (block.get("width"), block.get("input_size")) == ((2, 9) if real["backbone"] == "resnet18" else
+                                                                 (None, None))
     # every buffer fills before its stream ends
     for key, run in dry["runs"].items():
         counts = dry["sources"][dry["benchmarks"][run["benchmark"]]["source"]]["train_per_class"]

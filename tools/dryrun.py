@@ -18,9 +18,9 @@ kept:  every source's classes and image shape; the benchmarks' tasks and class o
 cut:   the pixels (random, gcl.data.random_sources; the source is not downloaded); images per class, to about
        --scale of the real count (default 0.1; --scale 1 keeps the real counts, the real step counts); epochs
        (at most --epochs, default 2: enough for the second pass over a task); seeds (the profile's first); the
-       image backbone's width (--width) and its input, average-pooled to --pooled-size pixels before the
+       image backbone's width (--width) and its input, average-pooled to --pooled-size pixels a side before the
        network (a ResNet-18 step on 32x32 images takes seconds on a CPU at full width and tens of milliseconds
-       at width 1); the evaluation set (--test-per-class images of each class); CN-DPM's experts (width 4,
+       at width 1; 9 pixels keep 2 x 2 positions in its last stage, see POOLED_SIZE); the evaluation set (--test-per-class images of each class); CN-DPM's experts (width 4,
        2 latent samples) and sleep phases (--sleep-steps Adam steps each instead of thousands).
 
 Why the image counts are cut by default: the paper grid's 222 runs take about 1.5 million stream steps at their
@@ -65,6 +65,10 @@ from gcl.core.devices import available_cores  # noqa: E402
 from gcl.core.layout import run_dir  # noqa: E402
 from gcl.data.random_sources import SOURCE_SHAPES  # noqa: E402
 
+# the smallest input side at which the ResNet's last stage (three stride-2 convolutions: 9 -> 5 -> 3 -> 2) still
+# has 2 x 2 positions, as it has 4 x 4 and more at the real sizes: at 1 x 1, BatchNorm in training mode refuses a
+# batch of one image, which every real size accepts (FDR's end-of-task outputs met one at 4 x 4)
+POOLED_SIZE = 9
 # what the workspace copies of the project: the pipeline and everything its stages read
 PROJECT_PARTS = ("dvc.yaml", ".dvcignore", ".dvc/config", "stages", "src", "reference", "reproductions")
 # CN-DPM's sleep phases train a new expert for thousands of Adam steps; their count changes no code path
@@ -88,8 +92,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--compile", choices=["auto", "true", "false"], default=None,
                     help="the benchmarks' compile setting (default: the profile's)")
     ap.add_argument("--width", type=int, default=2, help="the ResNet's first-stage channels (default 2; 64 real)")
-    ap.add_argument("--pooled-size", type=int, default=4, help="image side the ResNet's input is pooled to "
-                    "(default 4)")
+    ap.add_argument("--pooled-size", type=int, default=POOLED_SIZE, help="image side the ResNet's input is pooled to "
+                    f"(default {POOLED_SIZE}; at least the image's side: not pooled)")
     ap.add_argument("--test-per-class", type=int, default=5, help="evaluation images per class (default 5)")
     ap.add_argument("--sleep-steps", type=int, default=10, help="CN-DPM's Adam steps per sleep phase (default 10)")
     ap.add_argument("--jobs", type=int, default=available_cores(), help="runs trained side by side "
@@ -137,7 +141,7 @@ def dry_profile(params: dict, keys: list[str], args: argparse.Namespace) -> dict
         block["epochs"] = min(block["epochs"], args.epochs)
         if block["backbone"] == "resnet18":
             side = SOURCE_SHAPES[source].image[1]
-            block.update(width=args.width, input_pool=max(1, side // args.pooled_size))
+            block.update(width=args.width, input_size=args.pooled_size if args.pooled_size < side else None)
         if args.bf16:
             block["bf16"] = True
         if args.compile is not None:

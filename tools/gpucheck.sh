@@ -46,7 +46,7 @@ nvidia-cuda-mps-control -d > /dev/null 2>&1 || true   # gridcost's processes sha
 check gridcost-4-processes 900 python tools/gridcost.py --benchmarks seq-cifar10 --methods er,derpp,coca --processes 4 \
     --device cuda --steps 100
 check dryrun-image-cell 900 python tools/dryrun.py profiles/paper.yaml --runs seq-cifar10-coca-200 --device cuda --bf16 \
-    --width 64 --pooled-size 32 --workspace "$out/dry-image" --fresh
+    --width 64 --pooled-size 64 --workspace "$out/dry-image" --fresh
 grep -h "recompil" "$out/mnist360-recompiles.log" "$out"/dry-mnist360/logs/*.log 2>/dev/null | head -20 \
     > "$out/recompiles.txt"
 echo "recompilations logged: $(wc -l < "$out/recompiles.txt") line(s) (first 20 in $out/recompiles.txt)" | tee -a "$out/summary.txt"

@@ -58,10 +58,10 @@ class Backbone(nn.Module):
     head_style: str
     compile_mode: str | None = None
     eager_for_now: bool = False      # set per step by begin_step
-    input_pool: int = 1              # average-pool the input by this factor first (dry runs only; see build_backbone)
+    input_size: int | None = None    # average-pool the input to this side first (dry runs only; see build_backbone)
 
     def pool_input(self, x: torch.Tensor) -> torch.Tensor:
-        return F.avg_pool2d(x, self.input_pool) if self.input_pool > 1 else x
+        return x if self.input_size is None else F.adaptive_avg_pool2d(x, self.input_size)
 
     def extract(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -81,12 +81,14 @@ class MLP(Backbone):
     head_style = "mlp"
     standard_width = 100
 
-    def __init__(self, input_shape: tuple[int, ...], n_classes: int, width: int = standard_width, input_pool: int = 1):
+    def __init__(self, input_shape: tuple[int, ...], n_classes: int, width: int = standard_width,
+                 input_size: int | None = None):
         super().__init__()
         hidden = width
-        self.feat_dim, self.input_pool = hidden, input_pool
+        self.feat_dim, self.input_size = hidden, input_size
         c, h, w = input_shape
-        self.body = nn.Sequential(nn.Flatten(), nn.Linear(c * (h // input_pool) * (w // input_pool), hidden), nn.ReLU(),
+        pixels = h * w if input_size is None else input_size ** 2
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(c * pixels, hidden), nn.ReLU(),
                                   nn.Linear(hidden, hidden), nn.ReLU())
         self.classifier = nn.Linear(hidden, n_classes)
         for m in self.modules():
@@ -129,10 +131,10 @@ class ResNet18(Backbone):
     head_style = "resnet"
     standard_width = 64
 
-    def __init__(self, input_shape: tuple[int, ...], n_classes: int, width: int = standard_width, input_pool: int = 1,
-                 channels_last: bool = False):
+    def __init__(self, input_shape: tuple[int, ...], n_classes: int, width: int = standard_width,
+                 input_size: int | None = None, channels_last: bool = False):
         super().__init__()
-        self.feat_dim, self.input_pool = 8 * width, input_pool
+        self.feat_dim, self.input_size = 8 * width, input_size
         self.stem = nn.Sequential(nn.Conv2d(input_shape[0], width, 3, stride=1, padding=1, bias=False),
                                   nn.BatchNorm2d(width), nn.ReLU())
         layers, in_planes = [], width
@@ -168,14 +170,14 @@ def inputs_as_given(net: nn.Module) -> Iterator[None]:
 
 
 def build_backbone(name: str, input_shape: tuple[int, ...], n_classes: int, channels_last: bool = False,
-                   width: int | None = None, input_pool: int = 1) -> Backbone:
-    """Backbone `name` for inputs of `input_shape`. `width` (None: the architecture's own) and `input_pool` (1: none)
-    shrink the network's cost while keeping its architecture, for dry runs (tools/dryrun.py): a ResNet-18 step on
-    32x32 images costs seconds on a CPU at full width and still tens of milliseconds at width 1."""
+                   width: int | None = None, input_size: int | None = None) -> Backbone:
+    """Backbone `name` for inputs of `input_shape`. `width` (None: the architecture's own) and `input_size` (None: the
+    images as they are) shrink the network's cost while keeping its architecture, for dry runs (tools/dryrun.py): a
+    ResNet-18 step on 32x32 images costs seconds on a CPU at full width and still tens of milliseconds at width 1."""
     if name not in BACKBONES:
         raise ValueError(f"unknown backbone {name!r}; known backbones: {sorted(BACKBONES)}")
     cls = BACKBONES[name]
     if channels_last and name != "resnet18":
         raise ValueError(f"channels_last applies to convolutional backbones (resnet18), not {name!r}")
     extra = {"channels_last": True} if channels_last else {}
-    return cls(tuple(input_shape), n_classes, width=width or cls.standard_width, input_pool=input_pool, **extra)
+    return cls(tuple(input_shape), n_classes, width=width or cls.standard_width, input_size=input_size, **extra)

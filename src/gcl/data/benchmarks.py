@@ -65,8 +65,9 @@ class BenchmarkSettings(Settings):
     width: int | None = Field(None, gt=0, description="the backbone's width: the ResNet's first-stage channels (64) or "
                               "the MLP's hidden units (100); none: the architecture's own. Narrower only for dry runs "
                               "(tools/dryrun.py): it changes every number")
-    input_pool: int = Field(1, gt=0, description="average-pool the network's input by this factor (1: none). Above 1 "
-                            "only for dry runs (tools/dryrun.py), to cut a step's cost on images of the real shape")
+    input_size: int | None = Field(None, gt=0, description="average-pool the network's input to this side (none: the "
+                                   "images as they are). Only for dry runs (tools/dryrun.py), to cut a step's cost on "
+                                   "images of the real shape")
     bf16: bool = Field(False, description="bf16 autocast in training and evaluation (for GPUs; a CPU runs it too, "
                        "slowly, as the dry run's --bf16 does)")
     channels_last: bool = Field(False, description="channels_last memory format for convolutions (CUDA option)")

@@ -134,7 +134,7 @@ def setup_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: t
         stream = dataclasses.replace(stream, eval_after=[])
     net = build_backbone(bench_cfg["backbone"], bench["input_shape"], bench["n_classes"],
                          channels_last=bench_cfg.get("channels_last", False), width=bench_cfg.get("width"),
-                         input_pool=bench_cfg.get("input_pool", 1)).to(device)
+                         input_size=bench_cfg.get("input_size")).to(device)
     net.compile_mode = compile_mode(bench_cfg.get("compile", "auto"), device, method_cls)
     ctx = MethodContext(device=device, n_classes=bench["n_classes"], train_transform=train_transform,
                         generator=generator, epochs=bench_cfg["epochs"], plain_transform=test_transform)
