@@ -74,6 +74,7 @@ def test_the_base_params_are_valid():
     ({"runs__m-er-200__lr": -0.1}, ["runs.m-er-200.lr = -0.1", "greater than 0", "float > 0"]),
     ({"runs__m-er-200__replay_bach": 16}, ["unknown key 'replay_bach'", "accepted keys"]),
     ({"runs__m-er-200__epochs": 0}, ["runs.m-er-200.epochs must be a positive integer"]),
+    ({"runs__m-er-200__width": "wide"}, ["runs.m-er-200.width must be a positive integer (it overrides benchmarks."]),
     ({"runs__s-coca-200__omega": 1.0}, ["runs.s-coca-200.omega = 1.0", "less than 1"]),
     ({"runs__s-coca-200__gamma": -0.1}, ["runs.s-coca-200.gamma = -0.1", "greater than or equal to 0"]),
     ({"methods__coca__lambda2": "x"}, ["lambda2"]),
@@ -191,9 +192,10 @@ def test_the_caption_and_threads_come_from_their_own_blocks():
     assert resolve_runtime(p)["threads"] == 2
 
 
-def test_a_run_may_override_its_benchmarks_epochs():
-    p = params(**{"runs__s-coca-200__epochs": 3})
-    assert resolve_run(p, "s-coca-200")["benchmark"]["epochs"] == 3
+def test_a_run_may_override_its_benchmarks_epochs_and_width():
+    p = params(**{"runs__s-coca-200__epochs": 3, "runs__s-coca-200__width": 16})
+    spec = resolve_run(p, "s-coca-200")
+    assert (spec["key"], spec["benchmark"]["epochs"], spec["benchmark"]["width"]) == ("s-coca-200", 3, 16)
     assert resolve_run(p, "m-er-200")["benchmark"]["epochs"] == 1
 
 

@@ -21,7 +21,8 @@ from gcl.core.settings import ParamsError, Settings, validate
 from gcl.core.devices import DEVICE_PATTERN
 from gcl.report.settings import ReportSettings
 
-RUN_KEYS = ("benchmark", "method", "buffer", "epochs", "seeds")   # a run's own keys; the rest are method settings
+RUN_KEYS = ("benchmark", "method", "buffer", "epochs", "width", "seeds")   # a run's own keys; the rest: method settings
+RUN_OVERRIDES = ("epochs", "width")   # the benchmark's training settings a run may set for itself
 
 
 def _distinct_seeds(seeds: list[int]) -> list[int]:
@@ -222,12 +223,13 @@ def resolve_run(params: dict, key: str, top: TopLevel | None = None) -> dict:
         raise ParamsError(f"{where}.buffer must be 'none': method {method!r} keeps no buffer (got {buffer!r})")
     groups = resolve_benchmark(params, bench_name)
     training = groups["training"]
-    if "epochs" in run:
-        epochs = run["epochs"]
-        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs <= 0:
-            raise ParamsError(f"{where}.epochs must be a positive integer (it overrides benchmarks.{bench_name}.epochs), "
-                              f"got {epochs!r}")
-        training["epochs"] = epochs
+    for setting in RUN_OVERRIDES:
+        if setting in run:
+            value = run[setting]
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ParamsError(f"{where}.{setting} must be a positive integer (it overrides benchmarks.{bench_name}."
+                                  f"{setting}), got {value!r}")
+            training[setting] = value
     if cls.needs_boundaries and not KINDS[training["kind"]].has_tasks:
         raise ParamsError(f"{where}: method {method!r} ({algorithm}) needs task boundaries, and benchmark {bench_name!r} "
                           "has none (general continual: no method is ever told where a task ends); drop this run")

@@ -55,7 +55,7 @@ def reference(only: str | None = None) -> str:
                   "params.yaml is checked against these tables before any work (unknown key, wrong type, "
                   "non-finite or out-of-range value: an error naming the key).", "",
                   "A run block (`runs.<name>`) holds `benchmark`, `method`, `buffer`, optionally `epochs` "
-                  "(overrides the benchmark's), and the method's settings; a method block "
+                  "and `width` (override the benchmark's), and the method's settings; a method block "
                   "(`methods.<name>`) holds settings shared by its runs and optionally `algorithm` "
                   "(the implementation, when the name is a configuration such as `coca-ckd`). "
                   "Run settings override the method block, which overrides the defaults below.", "",
