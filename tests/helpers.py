@@ -20,3 +20,21 @@ def synthetic_source(per_class: int = 30, test_per_class: int = 6, classes: int 
     test_x, test_y = make(test_per_class)
     return {"train_x": train_x, "train_y": train_y, "test_x": test_x, "test_y": test_y,
             "classes": [str(c) for c in range(classes)]}
+
+
+def small_er_run(seeds: list[int]) -> dict:
+    """A resolved ER run (key "er-50") on a small synthetic MNIST-360, its benchmark file written under the current
+    folder where the run reads it: what the tests of whole runs (resume, faults, parallel seeds) train."""
+    from gcl.config import resolve_run
+    from gcl.core.atomic import save_tensors
+    from gcl.data import mnist360
+
+    bench_cfg = {"kind": "mnist-360", "source": "synthetic", "backbone": "mlp", "epochs": 1}
+    params = {"seeds": seeds, "device": "cpu", "sources": {"synthetic": {}}, "benchmarks": {"mnist-360": bench_cfg},
+              "methods": {"er": {}}, "runs": {"er-50": {"benchmark": "mnist-360", "method": "er", "buffer": 50,
+                                                         "lr": 0.1, "batch": 4, "replay_batch": 8}}}
+    spec = resolve_run(params, "er-50")
+    bench = mnist360.build_benchmark(synthetic_source(per_class=60))
+    bench["config"] = spec["data"]
+    save_tensors("data/benchmarks/mnist-360/benchmark.pt", bench)
+    return spec

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import synthetic_source
+from helpers import small_er_run, synthetic_source
 
 from gcl.core.atomic import remove_stale_temporaries, save_tensors, write_json
 from gcl.config import resolve_run
@@ -117,15 +117,7 @@ def test_the_resume_fingerprint_covers_the_benchmark_data(tmp_path):
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    bench_cfg = {"kind": "mnist-360", "source": "synthetic", "backbone": "mlp", "epochs": 1}
-    params = {"seeds": [0, 1], "device": "cpu", "sources": {"synthetic": {}}, "benchmarks": {"mnist-360": bench_cfg},
-              "methods": {"er": {}}, "runs": {"er-50": {"benchmark": "mnist-360", "method": "er", "buffer": 50,
-                                                         "lr": 0.1, "batch": 4, "replay_batch": 8}}}
-    spec = resolve_run(params, "er-50")
-    bench = mnist360.build_benchmark(synthetic_source(per_class=60))
-    bench["config"] = spec["data"]
-    save_tensors("data/benchmarks/mnist-360/benchmark.pt", bench)
-    return spec
+    return small_er_run([0, 1])
 
 
 def test_seeds_finished_on_other_data_are_not_reused(project, monkeypatch):

@@ -11,15 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import synthetic_source
+from helpers import small_er_run
 
 import gcl.core.atomic as atomic
 import gcl.training.progress as progress_module
-from gcl.config import resolve_run
 from gcl.core.atomic import move_file, save_tensors, write_json
 from gcl.core.errors import error_line
 from gcl.core.processes import RunLock
-from gcl.data import mnist360
 from gcl.training.checkpoint import Checkpoint
 from gcl.training.progress import Progress
 from gcl.training.run import PROGRESS_DIR, train_run
@@ -113,15 +111,7 @@ def test_an_error_naming_another_file_keeps_its_name(tmp_path):
 def run_spec(tmp_path, monkeypatch):
     """One seed of a small ER run, in tmp_path."""
     monkeypatch.chdir(tmp_path)
-    bench_cfg = {"kind": "mnist-360", "source": "synthetic", "backbone": "mlp", "epochs": 1}
-    params = {"seeds": [0], "device": "cpu", "sources": {"synthetic": {}}, "benchmarks": {"mnist-360": bench_cfg},
-              "methods": {"er": {}}, "runs": {"er-50": {"benchmark": "mnist-360", "method": "er", "buffer": 50,
-                                                         "lr": 0.1, "batch": 4, "replay_batch": 8}}}
-    spec = resolve_run(params, "er-50")
-    bench = mnist360.build_benchmark(synthetic_source(per_class=60))
-    bench["config"] = spec["data"]
-    save_tensors("data/benchmarks/mnist-360/benchmark.pt", bench)
-    return spec
+    return small_er_run([0])
 
 
 def across_file_systems(monkeypatch):

@@ -2,27 +2,16 @@
 import json
 
 import pytest
-from helpers import synthetic_source
+from helpers import small_er_run
 
 from gcl.core.atomic import save_tensors
-from gcl.config import resolve_run
-from gcl.data import mnist360
 from gcl.training.run import PROGRESS_DIR, train_run
 
 
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    bench_cfg = {"kind": "mnist-360", "source": "synthetic", "backbone": "mlp", "epochs": 1}
-    params = {"seeds": [0, 1, 2], "device": "cpu", "sources": {"synthetic": {}},
-              "benchmarks": {"mnist-360": bench_cfg}, "methods": {"er": {}},
-              "runs": {"er-50": {"benchmark": "mnist-360", "method": "er", "buffer": 50, "lr": 0.1, "batch": 4,
-                                "replay_batch": 8}}}
-    spec = resolve_run(params, "er-50")
-    bench = mnist360.build_benchmark(synthetic_source(per_class=60))
-    bench["config"] = spec["data"]
-    save_tensors("data/benchmarks/mnist-360/benchmark.pt", bench)
-    return spec
+    return small_er_run([0, 1, 2])
 
 
 def test_parallel_seeds_give_the_same_numbers(project):
