@@ -30,7 +30,7 @@ NEVER_EMPTY = [*ROW, "class_il"]           # other columns may be empty for a wh
 
 def fix(folder: Path) -> str:
     return (f"restore it (`git checkout -- {folder}`), or copy params.yaml, dvc.lock and results/ of a finished "
-            f"`dvc repro` of that profile into {folder} (README: 'Another profile'), or remove it from "
+            f"`dvc repro` of that profile into {folder} (docs/running.md: 'Another profile'), or remove it from "
             "report.reproductions")
 
 

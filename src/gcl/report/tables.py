@@ -418,7 +418,7 @@ def render_tables(resolved: dict, settings: ReportSettings, summary: pd.DataFram
     for rep in reproductions:
         out.write(f"## Reproduction: {rep.title}\n\n"
                   f"Seeds {rep.resolved['seeds']}. The results of another profile, run with `dvc repro` in a workspace "
-                  f"of its own and committed in `{rep.folder}` (its params.yaml, dvc.lock and results/); the README "
+                  f"of its own and committed in `{rep.folder}` (its params.yaml, dvc.lock and results/); docs/running.md "
                   "says how to regenerate them.\n\n")
         out.write(render_profile(rep.resolved, rep.settings, rep.summary, paper, rep.head, "###") + "\n")
     h = "##"
