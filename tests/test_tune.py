@@ -5,6 +5,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from image_fixtures import labelled_source as source
@@ -36,11 +37,16 @@ def test_every_point_and_seed_is_scored_on_the_validation_split(tune, tmp_path, 
     write_er_params(tmp_path)
     save_tensors(tmp_path / "data" / "raw" / "mnist-bundled" / "data.pt", source(per_class=10))
     monkeypatch.chdir(tmp_path)
-    rows = tune.main(["seq-er-50", "--grid", "lr=0.05,0.1", "replay_batch=4", "--seeds", "0", "1", "--workers", "2"])
+    rows = tune.main(["seq-er-50", "--grid", "lr=0.05,0.1", "replay_batch=4", "--seeds", "0", "1", "--workers", "2",
+                      "--out", str(tmp_path / "scores.csv")])
     assert sorted(r["lr"] for r in rows) == [0.05, 0.1] and all(r["replay_batch"] == 4 for r in rows)
     assert all(len(r["per seed"].split()) == 2 and 0 <= r["val Class-IL mean"] <= 100 for r in rows)
     assert rows[0]["val Class-IL mean"] >= rows[1]["val Class-IL mean"]          # best first
     assert not (tmp_path / "runs").exists()
+    scores = pd.read_csv(tmp_path / "scores.csv")      # every point and seed, the means as printed
+    assert len(scores) == 4 and set(scores["seed"]) == {0, 1} and set(scores["run"]) == {"seq-er-50"}
+    for r in rows:
+        assert scores[scores["lr"] == r["lr"]]["val_class_il"].mean() == pytest.approx(r["val Class-IL mean"])
     til = tune.main(["seq-er-50", "--grid", "lr=0.1", "--seeds", "0", "--workers", "1", "--metric", "task_il"])
     assert til[0]["val Task-IL mean"] >= 50.0
     # a malformed point stops before any training, naming the key

@@ -16,7 +16,9 @@ import math
 import multiprocessing
 import statistics
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
+import pandas as pd
 import torch
 import yaml
 from tabulate import tabulate
@@ -50,6 +52,15 @@ def _one(run_cfg: dict, bench_cfg: dict, seed: int, threads: int, metric: str) -
         return float("nan")
 
 
+def write_scores(path: str, run: str, points: list[dict], seeds: list[int], scores: dict, metric: str) -> None:
+    """The grid's raw scores, long format (run, the point's settings, seed, score; NaN = diverged), written then renamed."""
+    records = [{"run": run, **point, "seed": seed, f"val_{metric}": scores[(i, seed)]}
+               for i, point in enumerate(points) for seed in seeds]
+    tmp = Path(f"{path}.tmp")
+    pd.DataFrame(records).to_csv(tmp, index=False)
+    tmp.replace(path)
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     """Score every point of the grid; prints the table and returns its rows, best first."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -61,6 +72,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--metric", choices=["class_il", "task_il"], default="class_il",
                         help="the validation accuracy that ranks the points (task_il needs a benchmark with tasks)")
+    parser.add_argument("--out", help="also write every point and seed's score to this CSV (one row per point and seed)")
     args = parser.parse_args(argv)
     if not 0.0 < args.fraction < 1.0:
         raise SystemExit(f"--fraction must lie in (0, 1), got {args.fraction}")
@@ -90,6 +102,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                    for job in jobs}
         scores = {job: f.result() for job, f in futures.items()}
 
+    if args.out:
+        write_scores(args.out, args.run, points, args.seeds, scores, args.metric)
     rows = []
     name = {"class_il": "Class-IL", "task_il": "Task-IL"}[args.metric]
     label = f"val {name} mean"
