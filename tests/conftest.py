@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import synthetic_source
+from helpers import mnist360_settings, synthetic_source
 
 from gcl.data import mnist360
 
@@ -11,11 +11,12 @@ torch.set_num_threads(1)   # small ops: one thread is much faster on these 2-cor
 
 
 @pytest.fixture
-def tiny_mnist360() -> tuple[dict, dict]:
-    cfg = {"kind": "mnist-360", "source": "synthetic", "backbone": "mlp", "epochs": 1}
-    bench = mnist360.build_benchmark(synthetic_source(per_class=60))
-    bench["config"] = cfg
-    return bench, cfg
+def tiny_mnist360():
+    """A small MNIST-360 benchmark of synthetic digits and its training settings."""
+    settings = mnist360_settings()
+    bench = mnist360.build_benchmark(synthetic_source(per_class=60), settings.data())
+    bench["config"] = settings.data().model_dump(mode="json")
+    return bench, settings.training()
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -22,7 +22,32 @@ def synthetic_source(per_class: int = 30, test_per_class: int = 6, classes: int 
             "classes": [str(c) for c in range(classes)]}
 
 
-def small_er_run(seeds: list[int]) -> dict:
+def benchmark_settings(**block):
+    """A benchmark block of params.yaml (`benchmarks.<name>`), validated as its kind's settings: `.data()` and
+    `.training()` are what a benchmark file is built from and what a run trains with."""
+    from gcl.data.benchmarks import KINDS
+    return KINDS[block["kind"]].model_validate(block)
+
+
+def mnist360_settings(**block):
+    """A small MNIST-360 benchmark's settings (the synthetic digits' source, the MLP, one pass)."""
+    return benchmark_settings(**{"kind": "mnist-360", "source": "synthetic", "backbone": "mlp", "epochs": 1, **block})
+
+
+def sequential_settings(**block):
+    """A small sequential benchmark's settings: 5 tasks of 2 classes of the synthetic digits, the MLP, one epoch."""
+    return benchmark_settings(**{"kind": "sequential", "source": "synthetic", "backbone": "mlp", "epochs": 1,
+                                 "n_tasks": 5, "classes_per_task": 2, **block})
+
+
+def run_settings(algorithm: str, buffer: int | str = "none", **settings):
+    """A run's flat settings (the method's Run) for tests that build a method or train a seed directly: `settings`
+    over the class's defaults; benchmark and method are placeholders."""
+    from gcl.methods import METHODS
+    return METHODS[algorithm].Run(benchmark="test", method=algorithm, buffer=buffer, **settings)
+
+
+def small_er_run(seeds: list[int]):
     """A resolved ER run (key "er-50") on a small synthetic MNIST-360, its benchmark file written under the current
     folder where the run reads it: what the tests of whole runs (resume, faults, parallel seeds) train."""
     from gcl.config import resolve_run
@@ -34,7 +59,7 @@ def small_er_run(seeds: list[int]) -> dict:
               "methods": {"er": {}}, "runs": {"er-50": {"benchmark": "mnist-360", "method": "er", "buffer": 50,
                                                          "lr": 0.1, "batch": 4, "replay_batch": 8}}}
     spec = resolve_run(params, "er-50")
-    bench = mnist360.build_benchmark(synthetic_source(per_class=60))
-    bench["config"] = spec["data"]
+    bench = mnist360.build_benchmark(synthetic_source(per_class=60), spec.data)
+    bench["config"] = spec.data.model_dump(mode="json")
     save_tensors("data/benchmarks/mnist-360/benchmark.pt", bench)
     return spec

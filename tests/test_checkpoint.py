@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from helpers import synthetic_source
+from helpers import run_settings, sequential_settings, synthetic_source
 
 from gcl.data import sequential
 from gcl.methods import METHODS
@@ -32,20 +32,19 @@ class Stopped(Exception):
     """Stands in for a killed process."""
 
 
-def run_cfg(name: str, buffer=30) -> dict:
+def run_cfg(name: str, buffer=30):
     cls = METHODS[name]
-    settings = cls.Settings.model_validate({"lr": 0.05, "batch": 4, "replay_batch": 4, **SETTINGS[name]}
-                                           if "replay_batch" in cls.Settings.model_fields
-                                           else {"lr": 0.05, "batch": 4, **SETTINGS[name]})
-    return {"method": name, "algorithm": name, "buffer": buffer if cls.uses_buffer else "none",
-            **settings.model_dump()}
+    given = {"lr": 0.05, "batch": 4, **({"replay_batch": 4} if "replay_batch" in cls.Settings.model_fields else {}),
+             **SETTINGS[name]}
+    return run_settings(name, buffer=buffer if cls.uses_buffer else "none", **given)
 
 
 @pytest.fixture(scope="module")
 def seq():
-    cfg = {"kind": "sequential", "source": "s", "backbone": "mlp", "epochs": 2, "n_tasks": 3,
-           "classes_per_task": 2, "augment": True}   # augmentation: the transforms' random draws resume too
-    return sequential.build_benchmark(synthetic_source(per_class=12, test_per_class=4, classes=6), cfg), cfg
+    # augmentation: the transforms' random draws resume too
+    settings = sequential_settings(epochs=2, n_tasks=3, augment=True)
+    bench = sequential.build_benchmark(synthetic_source(per_class=12, test_per_class=4, classes=6), settings.data())
+    return bench, settings.training()
 
 
 def stop_at(monkeypatch, cls, calls: int):
@@ -61,18 +60,19 @@ def stop_at(monkeypatch, cls, calls: int):
     monkeypatch.setattr(cls, "observe", observe)
 
 
-def interrupted_run(monkeypatch, tmp_path, bench, cfg, run, stop: int, every: float) -> tuple[SeedResult, list[str]]:
+def interrupted_run(monkeypatch, tmp_path, bench, cfg, run, stop: int, every: float,
+                    compiled: str | None = None) -> tuple[SeedResult, list[str]]:
     """Stop the seed at stream step `stop`, then run it again from its checkpoint; returns the result and the
     progress lines."""
     ckpt = Checkpoint(tmp_path / "seed-0.ckpt", "fp", every)
     lines = []
     progress = Progress("cell", tmp_path / "train.log", seed=0)
     with monkeypatch.context() as m:
-        stop_at(m, METHODS[run["algorithm"]], stop)
+        stop_at(m, METHODS[run.algorithm], stop)
         with pytest.raises(Stopped):
-            run_seed(bench, cfg, run, 0, CPU, progress=progress, checkpoint=ckpt)
+            run_seed(bench, cfg, run, 0, CPU, progress=progress, checkpoint=ckpt, compiled=compiled)
     assert ckpt.path.exists()
-    result = run_seed(bench, cfg, run, 0, CPU, progress=progress, checkpoint=ckpt)
+    result = run_seed(bench, cfg, run, 0, CPU, progress=progress, checkpoint=ckpt, compiled=compiled)
     lines = (tmp_path / "train.log").read_text().splitlines()
     return result, lines
 
@@ -115,7 +115,7 @@ def test_resume_from_the_last_task_end(name, seq, monkeypatch, tmp_path):
 def test_mnist360_resumes_to_the_same_numbers(name, tiny_mnist360, monkeypatch, tmp_path):
     """No tasks: checkpoints come by time only (here after every step)."""
     bench, cfg = tiny_mnist360
-    run = {**run_cfg(name, buffer=50), "benchmark": "mnist-360"}
+    run = run_cfg(name, buffer=50)
     plain = run_seed(bench, cfg, run, 0, CPU)
     resumed, _ = interrupted_run(monkeypatch, tmp_path, bench, cfg, run, stop=plain.steps // 3, every=0.0)
     same_numbers(plain, resumed)
@@ -183,14 +183,15 @@ def test_a_compiled_seed_resumes_with_the_same_steps_compiled(stop, seq, monkeyp
     assert 10 < EAGER_STEPS < 25   # one stop before the eager steps end, one after
     monkeypatch.setattr(backbones, "compile_extractor", lambda fn, mode: lambda net, x: 1.5 * fn(net, x))
     backbones.compiled_extract.cache_clear()
+    from gcl.training.compilation import compile_mode
     bench, cfg = seq
-    cfg = {**cfg, "compile": True}
     run = run_cfg("er")
+    compiled = compile_mode(True, CPU, METHODS["er"])
     try:
-        plain = run_seed(bench, cfg, run, 0, CPU)
-        eager = run_seed(bench, {**cfg, "compile": False}, run, 0, CPU)
+        plain = run_seed(bench, cfg, run, 0, CPU, compiled=compiled)
+        eager = run_seed(bench, cfg, run, 0, CPU)
         assert plain.loss_curve != eager.loss_curve and plain.steps > 25   # the stand-in changes the numbers
-        resumed, _ = interrupted_run(monkeypatch, tmp_path, bench, cfg, run, stop=stop, every=0.0)
+        resumed, _ = interrupted_run(monkeypatch, tmp_path, bench, cfg, run, stop=stop, every=0.0, compiled=compiled)
     finally:
         backbones.compiled_extract.cache_clear()
     same_numbers(plain, resumed)

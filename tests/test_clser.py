@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import run_settings
 from torch import nn
 
 from gcl.methods.base import METHODS, MethodContext
@@ -35,9 +36,8 @@ class TinyNet(nn.Module):
         return self.classifier(self.features(x))
 
 
-def settings(**cfg) -> dict:
-    base = {"lr": 0.1, "batch": 4, "replay_batch": 3}
-    return {**METHODS["clser"].Settings.model_validate({**base, **cfg}).model_dump(), "buffer": 20}
+def settings(buffer: int = 20, **cfg):
+    return run_settings("clser", buffer, **{"lr": 0.1, "batch": 4, "replay_batch": 3, **cfg})
 
 
 def make(seed: int = 0, norm: bool = False, **cfg):
@@ -277,17 +277,12 @@ def test_state_round_trip_continues_identically():
     assert torch.equal(a.predict(x), b.predict(x))
 
 
-def run_cfg(**cfg) -> dict:
-    s = settings(lr=0.05, batch=4, replay_batch=4, reg_weight=0.5, plastic_update_freq=0.6, stable_update_freq=0.3,
-                 plastic_alpha=0.9, stable_alpha=0.99, **cfg)
-    return {**s, "method": "clser", "algorithm": "clser", "buffer": 30}
-
-
 def test_learns_on_mnist_360_above_sgd(tiny_mnist360):
     """Through the training loop, without task boundaries (its checkpoint resume: tests/test_checkpoint.py)."""
     bench, cfg = tiny_mnist360
-    run = {**run_cfg(), "benchmark": "mnist-360", "buffer": 50, "lr": 0.1}
+    run = settings(50, lr=0.1, batch=4, replay_batch=4, reg_weight=0.5, plastic_update_freq=0.6,
+                   stable_update_freq=0.3, plastic_alpha=0.9, stable_alpha=0.99)
     plain = run_seed(bench, cfg, run, 0, CPU)
-    sgd = run_seed(bench, cfg, {**run, "method": "sgd", "algorithm": "sgd", "buffer": "none"}, 0, CPU)
+    sgd = run_seed(bench, cfg, run_settings("sgd", lr=0.1, batch=4), 0, CPU)
     assert plain.class_il > sgd.class_il and plain.class_il > 100 / 9 * 1.5
     assert math.isfinite(plain.loss_curve[-1])

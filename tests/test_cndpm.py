@@ -7,8 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from helpers import synthetic_source
+from helpers import run_settings, sequential_settings, synthetic_source
 from image_fixtures import labelled_source
+from pydantic import ValidationError
 
 from gcl.config import check_data, check_runs
 from gcl.data import sequential
@@ -26,11 +27,9 @@ SMALL = dict(arch="mlp", lr=1e-3, lr_vae=1e-3, batch=10, log_alpha=-60.0, stm_ca
 
 def make(n_classes=2, seed=0, **over):
     torch.manual_seed(seed)
-    cfg = {**SMALL, **over}
-    settings = METHODS["cndpm"].Settings.model_validate({k: v for k, v in cfg.items()})
     ctx = MethodContext(device=CPU, n_classes=n_classes, train_transform=lambda x: x.float() / 255,
                         generator=torch.Generator().manual_seed(seed))
-    return METHODS["cndpm"](MLP((1, 8, 8), n_classes), {**settings.model_dump(), "buffer": "none"}, ctx)
+    return METHODS["cndpm"](MLP((1, 8, 8), n_classes), run_settings("cndpm", **{**SMALL, **over}), ctx)
 
 
 def blobs(label: int, n: int, seed: int) -> torch.Tensor:
@@ -217,13 +216,10 @@ def test_state_dict_round_trip_continues_identically():
 
 def two_task_run(stm_capacity: int) -> dict:
     """One seed of CN-DPM on 2 tasks of 2 synthetic classes, 80 training samples per task."""
-    cfg = {"kind": "sequential", "source": "s", "backbone": "mlp", "epochs": 1, "n_tasks": 2,
-           "classes_per_task": 2, "augment": False}
-    bench = sequential.build_benchmark(synthetic_source(per_class=40, classes=4), cfg)
-    run = {**METHODS["cndpm"].Settings.model_validate(
-        {**SMALL, "log_alpha": -200.0, "stm_capacity": stm_capacity, "z_dim": 8}).model_dump(),
-        "buffer": "none", "algorithm": "cndpm"}
-    return run_seed(bench, cfg, run, 0, CPU)
+    settings = seq_settings(n_tasks=2, augment=False)
+    bench = sequential.build_benchmark(synthetic_source(per_class=40, classes=4), settings.data())
+    run = run_settings("cndpm", **{**SMALL, "log_alpha": -200.0, "stm_capacity": stm_capacity, "z_dim": 8})
+    return run_seed(bench, settings.training(), run, 0, CPU)
 
 
 def test_runs_in_the_training_loop_on_a_sequential_benchmark():
@@ -242,19 +238,23 @@ def test_a_task_ends_before_the_first_expert_exists():
 
 # --- sequential benchmark options -----------------------------------------------------------------
 
+def seq_settings(**kw):
+    return sequential_settings(source="s", **kw)
+
+
 def seq_cfg(**kw):
-    return {"kind": "sequential", "source": "s", "backbone": "mlp", "epochs": 1, "n_tasks": 5,
-            "classes_per_task": 2, **kw}
+    """The data settings of a sequential benchmark (5 tasks of 2 classes unless `kw` says otherwise)."""
+    return seq_settings(**kw).data()
 
 
 def test_normalize_false_keeps_pixels_in_unit_range_even_with_source_statistics():
     src = labelled_source(stats=True)
-    normal = sequential.build_benchmark(src, seq_cfg(augment=False))
-    raw = sequential.build_benchmark(src, seq_cfg(augment=False, normalize=False))
+    normal = sequential.build_benchmark(src, seq_cfg())
+    raw = sequential.build_benchmark(src, seq_cfg(normalize=False))
     assert normal["mean"] == [0.5] and raw["mean"] is None and raw["std"] is None
     x = torch.tensor([[[[0, 255]]]], dtype=torch.uint8)
-    _, test_normal = sequential.transforms(normal, {"augment": False})
-    train_raw, test_raw = sequential.transforms(raw, {"augment": False})
+    _, test_normal = sequential.transforms(normal, augment=False)
+    train_raw, test_raw = sequential.transforms(raw, augment=False)
     assert torch.allclose(test_normal(x).flatten(), torch.tensor([-2.0, 2.0]))   # (x - 0.5) / 0.25
     assert train_raw(x).flatten().tolist() == test_raw(x).flatten().tolist() == [0.0, 1.0]
 
@@ -277,8 +277,10 @@ def test_class_order_groups_tasks_by_the_named_order_and_renumbers_labels():
 
 
 def test_class_order_refuses_unknown_names_and_sources_it_does_not_order():
+    with pytest.raises(ValidationError, match="class_order"):        # not a declared order: refused in the settings
+        seq_cfg(class_order="nope")
     with pytest.raises(sequential.SequentialConfigError, match="not a known class order"):
-        sequential.build_benchmark(labelled_source(), seq_cfg(class_order="nope"))
+        sequential.build_benchmark(labelled_source(), seq_cfg().model_copy(update={"class_order": "nope"}))
     with pytest.raises(sequential.SequentialConfigError, match="orders 100 classes, not the source's 10"):
         sequential.build_benchmark(labelled_source(), seq_cfg(class_order="cifar100-superclass"))
 
@@ -301,9 +303,8 @@ def test_cifar_experts_run_wake_sleep_and_predict_with_lateral_connections():
     torch.manual_seed(0)
     cfg = {**SMALL, "arch": "cnn", "vae_width": 4, "vae_ext": 2, "cls_width": 4, "cls_ext": 2, "z_dim": 4,
            "log_alpha": 1e4, "stm_capacity": 10, "sleep_steps_vae": 2, "sleep_steps_cls": 2, "sleep_batch": 4}
-    settings = METHODS["cndpm"].Settings.model_validate(cfg)
     ctx = MethodContext(device=CPU, n_classes=3, train_transform=lambda x: x, generator=torch.Generator().manual_seed(0))
-    m = METHODS["cndpm"](MLP((3, 32, 32), 3), {**settings.model_dump(), "buffer": "none"}, ctx)
+    m = METHODS["cndpm"](MLP((3, 32, 32), 3), run_settings("cndpm", **cfg), ctx)
     for step in range(3):
         x = torch.rand(10, 3, 32, 32)
         m.observe(x, torch.full((10,), step), (x * 255).to(torch.uint8))

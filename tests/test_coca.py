@@ -6,12 +6,12 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import run_settings
 from torch import nn
 
 from gcl.config import check_runs, resolve_run
 from gcl.data import mnist360
 from gcl.data.sources import read_source
-from gcl.data.pretext import SHAPES, apply_pretext, n_pretext_classes, random_pretext
 from gcl.data.transforms import to_unit_float
 from gcl.methods import METHODS, MethodContext
 from gcl.methods.coca import (
@@ -22,7 +22,8 @@ from gcl.methods.coca import (
     propagate,
     supcon_loss,
 )
-from gcl.core.settings import ParamsError, defaults
+from gcl.methods.coca.pretext import SHAPES, apply_pretext, n_pretext_classes, random_pretext
+from gcl.core.settings import ParamsError
 from gcl.core.settings import validate as validate_settings
 from gcl.core.backbones import MLP, ResNet18
 from gcl.training.train import run_seed, setup_seed
@@ -201,7 +202,7 @@ def test_paper_labels_are_crop_then_rotation():
 def test_turned_grids_give_the_sampled_crop_turned_bit_for_bit():
     """One grid_sample with the label's turned grid is the crop sampled, then rotated by torch.rot90: the same
     floats, for every label, odd batch sizes and images of 28 and 32 pixels."""
-    from gcl.data.pretext import _shape_grids
+    from gcl.methods.coca.pretext import _shape_grids
     gen = torch.Generator().manual_seed(0)
     for size, n in ((28, 7), (32, 3), (28, 1)):
         x = torch.rand(n, 3, size, size, generator=gen)
@@ -225,13 +226,9 @@ def test_random_pretext_draws_one_transformation_per_sample():
 def make(method, seed=0, buffer=50, **cfg):
     torch.manual_seed(seed)
     net = MLP((1, 28, 28), N_CLASSES)
-    full = {"lr": 0.1, "batch": 4, "replay_batch": 8, "buffer": buffer}
-    if method == "coca":
-        full.update(defaults(CoCa.Settings))
-    full.update(cfg)
     ctx = MethodContext(device=torch.device("cpu"), n_classes=N_CLASSES, train_transform=to_unit_float,
                         generator=torch.Generator().manual_seed(seed))
-    return METHODS[method](net, full, ctx)
+    return METHODS[method](net, run_settings(method, buffer, **{"lr": 0.1, "batch": 4, "replay_batch": 8, **cfg}), ctx)
 
 
 def batches(n_steps, size=4, seed=5):
@@ -302,10 +299,10 @@ def test_heads_have_batchnorm_only_where_the_backbone_has_it():
     torch.manual_seed(0)
     ctx = MethodContext(device=torch.device("cpu"), n_classes=N_CLASSES, train_transform=lambda x: x.float() / 255,
                         generator=torch.Generator().manual_seed(0))
-    cfg = {"lr": 0.1, "batch": 4, "replay_batch": 8, "buffer": 50, **defaults(CoCa.Settings)}
-    wide = CoCa(ResNet18((3, 32, 32), N_CLASSES), cfg, ctx)
+    cfg = {"lr": 0.1, "batch": 4, "replay_batch": 8}
+    wide = CoCa(ResNet18((3, 32, 32), N_CLASSES), run_settings("coca", 50, **cfg), ctx)
     assert sum(isinstance(l, nn.BatchNorm1d) for l in wide.heads["projector"]) == 2
-    narrow = CoCa(MLP((1, 28, 28), N_CLASSES), {**cfg, "head_norm": "batchnorm"}, ctx)
+    narrow = CoCa(MLP((1, 28, 28), N_CLASSES), run_settings("coca", 50, **cfg, head_norm="batchnorm"), ctx)
     assert any(isinstance(l, nn.BatchNorm1d) for l in narrow.heads["pretext"])
 
 
@@ -319,8 +316,9 @@ def first_nonfinite_step(head_norm: str, seed: int, steps: int) -> int | None:
               "runs": {"r": {"benchmark": "mnist-360", "method": "coca", "buffer": 500, "lr": 0.15, "batch": 1,
                              "replay_batch": 16, "lambda1": 0.2, "beta": 1.0}}}
     check_runs(params)
-    bench = mnist360.build_benchmark(read_source("mnist-bundled", {}), bench_cfg)
-    s = setup_seed(bench, bench_cfg, resolve_run(params, "r")["run"], seed, torch.device("cpu"))
+    spec = resolve_run(params, "r")
+    bench = mnist360.build_benchmark(read_source("mnist-bundled", {}), spec.data)
+    s = setup_seed(bench, spec.benchmark, spec.run, seed, torch.device("cpu"))
     for step in range(steps):
         idx = s.stream.order[s.stream.bounds[step]:s.stream.bounds[step + 1]]
         x_raw, y = s.stream.images[idx], s.stream.labels[idx]
@@ -354,8 +352,7 @@ def test_batchnorm_backbones_forward_each_role_alone():
     net = ResNet18((3, 8, 8), N_CLASSES)
     ctx = MethodContext(device=torch.device("cpu"), n_classes=N_CLASSES, train_transform=lambda x: x.float(),
                         generator=torch.Generator().manual_seed(0))
-    cfg = defaults(CoCa.Settings)
-    m = CoCa(net, {**cfg, "lr": 0.1, "batch": 4, "replay_batch": 4, "buffer": 20}, ctx)
+    m = CoCa(net, run_settings("coca", 20, lr=0.1, batch=4, replay_batch=4), ctx)
     assert m._per_role_forward
     calls = []
     net.features = lambda x, f=net.features: calls.append(x.shape[0]) or f(x)
@@ -459,10 +456,10 @@ def test_table3_variants_train_through_run_seed_without_boundaries(monkeypatch):
     params = {"seeds": [0], "sources": {"mnist-bundled": {}}, "benchmarks": {"mnist-360": bench_cfg},
               "methods": methods, "runs": runs}
     check_runs(params)
-    bench = mnist360.build_benchmark(synthetic_source())
     for key in runs:
-        cfg = resolve_run(params, key)["run"]
-        assert cfg["algorithm"] == "coca"
-        result = run_seed(bench, bench_cfg, cfg, 0, torch.device("cpu"))
+        spec = resolve_run(params, key)
+        assert spec.run.algorithm == "coca"
+        result = run_seed(mnist360.build_benchmark(synthetic_source(), spec.data), spec.benchmark, spec.run, 0,
+                          torch.device("cpu"))
         assert result.steps > 20 and 0.0 <= result.class_il <= 100.0
         assert all(math.isfinite(v) for v in result.loss_curve)

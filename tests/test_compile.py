@@ -10,16 +10,16 @@ import shutil
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import synthetic_source
+from helpers import run_settings, synthetic_source
 
 from gcl.core import backbones
 from gcl.core.backbones import MLP, ResNet18, compiled_extract
-from gcl.core.settings import defaults
 from gcl.data.transforms import to_unit_float
 from gcl.methods import METHODS, MethodContext
 from gcl.core.errors import UserError
-from gcl.training import train
-from gcl.training.train import EAGER_STEPS, compile_mode, run_seed
+from gcl.training import compilation
+from gcl.training.compilation import compile_mode
+from gcl.training.train import EAGER_STEPS, run_seed
 
 CPU = torch.device("cpu")
 SETTINGS = {"sgd": {}, "er": {"replay_batch": 6}, "er-ace": {"replay_batch": 6},
@@ -51,9 +51,7 @@ def make(name: str, net: torch.nn.Module, mode: str | None):
     torch.manual_seed(0)
     net.compile_mode = mode
     cls = METHODS[name]
-    cfg = {**defaults(cls.Settings), "lr": 0.05, "batch": 5, **SETTINGS[name]}
-    if cls.uses_buffer:
-        cfg["buffer"] = 20
+    cfg = run_settings(name, 20 if cls.uses_buffer else "none", **{"lr": 0.05, "batch": 5, **SETTINGS[name]})
     ctx = MethodContext(device=CPU, n_classes=10, train_transform=to_unit_float,
                         generator=torch.Generator().manual_seed(0), plain_transform=to_unit_float)
     return cls(net, cfg, ctx)
@@ -162,8 +160,8 @@ def test_a_copy_of_a_compiled_network_computes_with_its_own_weights(counted_aot_
 def test_compile_mode_follows_the_setting_the_device_and_the_method(monkeypatch):
     er, gss = METHODS["er"], METHODS["gss"]
     cuda = torch.device("cuda")
-    monkeypatch.setattr(train, "triton_available", lambda device: True)
-    monkeypatch.setattr(train, "compiler_failure", lambda device: None)
+    monkeypatch.setattr(compilation, "triton_available", lambda device: True)
+    monkeypatch.setattr(compilation, "compiler_failure", lambda device: None)
     assert compile_mode("auto", CPU, er) is None            # a CPU run stays eager (and identical to before)
     assert compile_mode("auto", cuda, er) == "reduce-overhead"
     assert compile_mode(True, CPU, er) == "default"
@@ -172,7 +170,7 @@ def test_compile_mode_follows_the_setting_the_device_and_the_method(monkeypatch)
     assert {n for n, c in METHODS.items() if c.capturable} == {
         "sgd", "joint", "er", "er-ace", "der", "derpp", "coca", "clser"}
     # a GPU without Triton: auto trains eager; an explicit true says what is missing
-    monkeypatch.setattr(train, "triton_available", lambda device: False)
+    monkeypatch.setattr(compilation, "triton_available", lambda device: False)
     assert compile_mode("auto", cuda, er) is None
     with pytest.raises(UserError, match="compile: true needs Triton on this GPU"):
         compile_mode(True, cuda, er)
@@ -181,10 +179,9 @@ def test_compile_mode_follows_the_setting_the_device_and_the_method(monkeypatch)
 
 def test_a_compiled_seed_scores_as_the_eager_one_and_says_so(tiny_mnist360, counted_aot_eager):
     bench, cfg = tiny_mnist360
-    run = {"benchmark": "mnist-360", "method": "er", "algorithm": "er", "buffer": 50, "lr": 0.1,
-           "batch": 4, "replay_batch": 8}
-    eager = run_seed(bench, cfg, run, 0, CPU)
-    compiled = run_seed(bench, {**cfg, "compile": True}, run, 0, CPU)
+    run = run_settings("er", 50, lr=0.1, batch=4, replay_batch=8)
+    eager = run_seed(bench, cfg, run, 0, CPU, compiled=compile_mode(cfg.compile, CPU, METHODS["er"]))
+    compiled = run_seed(bench, cfg, run, 0, CPU, compiled=compile_mode(True, CPU, METHODS["er"]))
     # one forward per step (stream + replayed batch together), compiled from the loop's step EAGER_STEPS on: the
     # buffer's filling steps, each with another replayed size, are never compiled
     assert len(counted_aot_eager) == compiled.steps - EAGER_STEPS > 0
@@ -196,11 +193,11 @@ def test_a_compiled_seed_scores_as_the_eager_one_and_says_so(tiny_mnist360, coun
 def test_bf16_autocast_reaches_inside_the_compiled_graph(tiny_mnist360, counted_aot_eager):
     """bf16 autocast is entered around each step; the compiled passes must run under it as the eager ones do."""
     bench, cfg = tiny_mnist360
-    run = {"benchmark": "mnist-360", "method": "er", "algorithm": "er", "buffer": 50, "lr": 0.1,
-           "batch": 4, "replay_batch": 8}
-    eager = run_seed(bench, {**cfg, "bf16": True}, run, 0, CPU)
-    compiled = run_seed(bench, {**cfg, "bf16": True, "compile": True}, run, 0, CPU)
-    fp32 = run_seed(bench, {**cfg, "compile": True}, run, 0, CPU)
+    run = run_settings("er", 50, lr=0.1, batch=4, replay_batch=8)
+    bf16, mode = cfg.model_copy(update={"bf16": True}), compile_mode(True, CPU, METHODS["er"])
+    eager = run_seed(bench, bf16, run, 0, CPU)
+    compiled = run_seed(bench, bf16, run, 0, CPU, compiled=mode)
+    fp32 = run_seed(bench, cfg, run, 0, CPU, compiled=mode)
     assert counted_aot_eager
     assert compiled.loss_curve == eager.loss_curve and compiled.acc_matrix == eager.acc_matrix
     assert compiled.loss_curve != fp32.loss_curve
@@ -235,9 +232,9 @@ def test_a_stream_of_more_batch_sizes_than_the_graph_limit_stays_compiled(monkey
 def test_a_broken_triton_trains_eager_with_one_line_or_stops_with_one(monkeypatch, capsys):
     """Triton installed but broken: auto falls back to eager with one line on stderr; true stops with one line."""
     er, cuda = METHODS["er"], torch.device("cuda")
-    monkeypatch.setattr(train, "triton_available", lambda device: True)
-    monkeypatch.setattr(train, "compiler_failure", lambda device: "ImportError: libcuda.so cannot be found")
-    train._say_once.cache_clear()
+    monkeypatch.setattr(compilation, "triton_available", lambda device: True)
+    monkeypatch.setattr(compilation, "compiler_failure", lambda device: "ImportError: libcuda.so cannot be found")
+    compilation._say_once.cache_clear()
     assert compile_mode("auto", cuda, er) is None
     assert compile_mode("auto", cuda, er) is None
     err = capsys.readouterr().err.strip().splitlines()

@@ -4,6 +4,7 @@ The cases are built on a small params dict written here, not on the live params.
 run of the default profile cannot break them.
 """
 import copy
+import json
 import re
 from pathlib import Path
 
@@ -63,8 +64,10 @@ def test_the_base_params_are_valid():
     ({"runs__m-er-200__method": "err"}, ["runs.m-er-200.method", "'err'"]),
     ({"runs__m-er-200__benchmark": "mnist-361"}, ["runs.m-er-200.benchmark", "mnist-361"]),
     ({"runs__m-er-200__buffer": None}, ["runs.m-er-200 lacks the key 'buffer'"]),
-    ({"runs__m-er-200__buffer": -5}, ["runs.m-er-200.buffer", "positive integer"]),
-    ({"runs__m-sgd__buffer": 200}, ["runs.m-sgd.buffer", "'none'"]),
+    ({"runs__m-er-200__buffer": -5}, ["runs.m-er-200.buffer = -5", "greater than 0", "int > 0", "method 'er'"]),
+    ({"runs__m-er-200__buffer": True}, ["runs.m-er-200.buffer = True", "int > 0"]),
+    ({"runs__m-er-200__buffer": "none"}, ["runs.m-er-200.buffer = 'none'", "int > 0"]),
+    ({"runs__m-sgd__buffer": 200}, ["runs.m-sgd.buffer = 200", "'none'", "keeps no buffer", "method 'sgd'"]),
     ({"runs__m-er-200__replay_batch": None}, ["runs.m-er-200 lacks the key 'replay_batch'", "buffer samples replayed"]),
     ({"runs__m-er-200__lr": "0.1x"}, ["runs.m-er-200.lr = '0.1x' is not accepted", "float"]),
     ({"runs__m-er-200__lr": float("nan")}, ["runs.m-er-200.lr = nan is not accepted", "finite"]),
@@ -73,8 +76,12 @@ def test_the_base_params_are_valid():
     ({"runs__m-er-200__batch": True}, ["runs.m-er-200.batch = True", "int"]),
     ({"runs__m-er-200__lr": -0.1}, ["runs.m-er-200.lr = -0.1", "greater than 0", "float > 0"]),
     ({"runs__m-er-200__replay_bach": 16}, ["unknown key 'replay_bach'", "accepted keys"]),
-    ({"runs__m-er-200__epochs": 0}, ["runs.m-er-200.epochs must be a positive integer"]),
-    ({"runs__m-er-200__width": "wide"}, ["runs.m-er-200.width must be a positive integer (it overrides benchmarks."]),
+    ({"runs__m-er-200__epochs": 0}, ["runs.m-er-200.epochs = 0", "greater than 0", "int > 0 or None",
+                                     "overriding its benchmark's epochs"]),
+    ({"runs__m-er-200__width": "wide"}, ["runs.m-er-200.width = 'wide'", "int > 0 or None",
+                                         "overriding its benchmark's width"]),
+    ({"runs__m-er-200__seeds": [1, 1]}, ["runs.m-er-200.seeds = [1, 1]", "seeds must be distinct"]),
+    ({"runs__m-er-200__algorithm": "er"}, ["runs.m-er-200 has an unknown key 'algorithm'"]),
     ({"runs__s-coca-200__omega": 1.0}, ["runs.s-coca-200.omega = 1.0", "less than 1"]),
     ({"runs__s-coca-200__gamma": -0.1}, ["runs.s-coca-200.gamma = -0.1", "greater than or equal to 0"]),
     ({"methods__coca__lambda2": "x"}, ["lambda2"]),
@@ -158,12 +165,30 @@ def test_resolve_merges_defaults_method_block_and_run():
     p["methods"]["er-slow"] = {"algorithm": "er", "lr": 0.01}
     p["runs"]["slow"] = {"benchmark": "mnist-360", "method": "er-slow", "buffer": 500, "batch": 1, "replay_batch": 8}
     spec = resolve_run(p, "slow")
-    run = spec["run"]
-    assert run["algorithm"] == "er" and run["method"] == "er-slow" and run["lr"] == 0.01
-    assert "algorithm" in run and "base" not in run
-    coca = resolve_run(p, "s-coca-200")["run"]
-    assert coca["lambda1"] == 0.5 and coca["omega"] == 0.1 and coca["ckd"] is True   # block, then defaults
-    assert spec["seeds"] == [0, 1] and spec["device"] == "cpu"
+    run = spec.run
+    assert run.algorithm == "er" and run.method == "er-slow" and run.lr == 0.01 and run.buffer == 500
+    assert type(run) is METHODS["er"].Run and list(run.model_dump())[:4] == ["benchmark", "method", "buffer", "algorithm"]
+    coca = resolve_run(p, "s-coca-200").run
+    assert coca.lambda1 == 0.5 and coca.omega == 0.1 and coca.ckd is True   # block, then defaults
+    assert spec.seeds == [0, 1] and spec.device == "cpu"
+
+
+def test_a_resolved_run_reads_back_from_its_json_as_the_same_typed_settings(tmp_path):
+    """resolved/runs/<run>.json is the wire format: written as JSON, read back with model_validate, typed again."""
+    from gcl.core.atomic import write_json
+    from gcl.training.spec import ResolvedRun
+    spec = resolve_run(params(**{"runs__s-coca-200__epochs": 2}), "s-coca-200")
+    path = tmp_path / "s-coca-200.json"
+    write_json(path, {**spec.to_json(), "code": "abc"})
+    back = ResolvedRun.model_validate(json.loads(path.read_text()))
+    assert back == spec.model_copy(update={"code": "abc"}) and back.code == "abc" and "code" not in back.to_json()
+    assert type(back.run) is METHODS["coca"].Run and back.run.lambda1 == 0.5
+    assert back.benchmark.epochs == 2 and back.benchmark.augment is False and back.data.n_tasks == 5
+
+
+def test_a_method_block_holds_its_settings_and_algorithm_only():
+    with pytest.raises(ParamsError, match=r"methods.er has unknown key\(s\) \['buffer'\]"):
+        resolve_run(params(**{"methods__er": {"buffer": 200}}), "m-er-200")
 
 
 def test_benchmark_settings_are_split_by_what_they_change():
@@ -171,7 +196,27 @@ def test_benchmark_settings_are_split_by_what_they_change():
     assert data["data"] == {"kind": "mnist-360", "source": "mnist-bundled", "validation_fraction": 0.0}
     assert set(data) == {"data", "training"}
     spec = resolve_run(params(), "m-er-200")
-    assert spec["benchmark"]["epochs"] == 1 and spec["benchmark"]["draw"] == "without-replacement"
+    assert spec.benchmark.epochs == 1 and spec.benchmark.draw == "without-replacement"
+
+
+def test_every_benchmark_setting_declares_its_group():
+    """A kind's fields are data (the benchmark file is built from them) or training settings, each declared so:
+    a field without a group stops the registration, instead of landing silently in one of them."""
+    from typing import Literal
+
+    from gcl.data.benchmark_registry import BenchmarkSettings, data_setting, register_kind
+
+    class Ungrouped(BenchmarkSettings):
+        kind: Literal["test-ungrouped"] = data_setting()
+        shape: int = 3
+
+    with pytest.raises(TypeError, match=r"\['shape'\] declare no group"):
+        register_kind(Ungrouped)
+    seq = check_data(params())["benchmarks"]["seq"]
+    assert list(seq["data"]) == ["kind", "source", "validation_fraction", "n_tasks", "classes_per_task", "normalize",
+                                 "class_order"]
+    assert list(seq["training"]) == ["backbone", "epochs", "width", "input_size", "bf16", "channels_last", "compile",
+                                     "augment", "kind"]
 
 
 @pytest.mark.parametrize("key, home", [("label", "report.benchmarks.mnist-360.label"), ("threads", "top-level `threads`")])
@@ -195,8 +240,9 @@ def test_the_caption_and_threads_come_from_their_own_blocks():
 def test_a_run_may_override_its_benchmarks_epochs_and_width():
     p = params(**{"runs__s-coca-200__epochs": 3, "runs__s-coca-200__width": 16})
     spec = resolve_run(p, "s-coca-200")
-    assert (spec["key"], spec["benchmark"]["epochs"], spec["benchmark"]["width"]) == ("s-coca-200", 3, 16)
-    assert resolve_run(p, "m-er-200")["benchmark"]["epochs"] == 1
+    assert (spec.key, spec.benchmark.epochs, spec.benchmark.width) == ("s-coca-200", 3, 16)
+    assert resolve_run(p, "m-er-200").benchmark.epochs == 1
+    assert resolve_run(params(**{"runs__s-coca-200__seeds": [7]}), "s-coca-200").seeds == [7]
 
 
 @pytest.mark.parametrize("profile", ["params.yaml", "profiles/paper.yaml", "profiles/ci.yaml", "profiles/mnist-360.yaml"])
@@ -213,7 +259,7 @@ def test_precision_and_layout_are_training_settings_not_data(option):
     toggled = check_data(params(**{f"benchmarks__seq__{option}": True}))["benchmarks"]["seq"]
     assert toggled["data"] == plain["data"] and option not in toggled["data"]
     assert toggled["training"][option] is True and plain["training"][option] is False
-    assert resolve_run(params(**{f"benchmarks__seq__{option}": True}), "s-coca-200")["benchmark"][option] is True
+    assert getattr(resolve_run(params(**{f"benchmarks__seq__{option}": True}), "s-coca-200").benchmark, option) is True
 
 
 @pytest.mark.parametrize("profile", ["params.yaml", "profiles/ci.yaml", "profiles/paper.yaml", "profiles/mnist-360.yaml"])
@@ -237,8 +283,9 @@ def test_a_stage_refuses_a_resolved_file_that_params_yaml_has_moved_past(tmp_pat
     from gcl.config import read_current
     p = params()
     path = tmp_path / "resolved" / "runs" / "m-er-200.json"
-    write_json(path, {**resolve_run(p, "m-er-200"), "code": "abc"})
-    assert read_current(path, resolve_run(p, "m-er-200"), "runs.m-er-200", "train@m-er-200")["code"] == "abc"
+    write_json(path, {**resolve_run(p, "m-er-200").to_json(), "code": "abc"})
+    read = read_current(path, resolve_run(p, "m-er-200"), "runs.m-er-200", "train@m-er-200")
+    assert read.code == "abc" and read.run.lr == 0.2 and type(read.run) is METHODS["er"].Run
     p["runs"]["m-er-200"]["lr"] = 0.05
     p["device"] = "cuda:7"
     with pytest.raises(ParamsError, match=r"runs.m-er-200: device, lr changed in params.yaml since check@runs .*"

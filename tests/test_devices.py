@@ -44,8 +44,8 @@ def test_a_bad_device_stops_the_run_before_any_training(tmp_path, monkeypatch):
     from gcl.training.run import train_run
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    spec = {"key": "k", "run": {"benchmark": "b", "method": "er", "buffer": 10}, "benchmark": {}, "data": {},
-            "seeds": [0], "device": "cuda:1"}
+    from helpers import small_er_run
+    spec = small_er_run([0]).model_copy(update={"device": "cuda:1"})
     with pytest.raises(DeviceError, match="no CUDA device is visible"):
         train_run(spec)
     assert not (tmp_path / "runs").exists()

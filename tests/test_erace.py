@@ -2,6 +2,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import run_settings
 
 from gcl.core.backbones import MLP
 from gcl.core.errors import UserError
@@ -44,9 +45,8 @@ def test_learns_without_task_boundaries(tiny_mnist360):
     bench, cfg = tiny_mnist360
     cls = METHODS["er-ace"]
     assert not cls.needs_boundaries and cls.uses_buffer
-    run = {"benchmark": "mnist-360", "method": "er-ace", "algorithm": "er-ace", "buffer": 50,
-           **cls.Settings.model_validate({"lr": 0.1, "batch": 4, "replay_batch": 8}).model_dump()}
-    sgd = run_seed(bench, cfg, {**run, "method": "sgd", "algorithm": "sgd", "buffer": "none"}, 0, CPU)
+    run = run_settings("er-ace", 50, lr=0.1, batch=4, replay_batch=8)
+    sgd = run_seed(bench, cfg, run_settings("sgd", lr=0.1, batch=4), 0, CPU)
     result = run_seed(bench, cfg, run, 0, CPU)
     assert result.class_il > sgd.class_il and result.class_il > 100 / 9
 
@@ -61,4 +61,4 @@ def test_batch_1_is_refused_before_training():
     assert loss.item() == 0.0 and torch.all(logits.grad == 0)
     ctx = MethodContext(device=CPU, n_classes=5, train_transform=to_unit_float, generator=torch.Generator())
     with pytest.raises(UserError, match="batch 1 is not ER-ACE"):
-        METHODS["er-ace"](MLP((1, 28, 28), 5), {"lr": 0.1, "batch": 1, "replay_batch": 4, "buffer": 10}, ctx)
+        METHODS["er-ace"](MLP((1, 28, 28), 5), run_settings("er-ace", 10, lr=0.1, batch=1, replay_batch=4), ctx)

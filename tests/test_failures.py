@@ -13,28 +13,27 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import small_er_run, synthetic_source
+from helpers import run_settings, small_er_run, synthetic_source
 
 from gcl.core.atomic import remove_stale_temporaries, save_tensors, write_json
 from gcl.config import resolve_run
 from gcl.data import mnist360, sequential
 from gcl.core.processes import RunLock, RunLockedError
 from gcl.core.layout import TRAIN_CODE
-from gcl.core.fingerprint import fingerprint, tree_digest
+from gcl.core.fingerprint import fingerprint, train_code_digest, tree_digest
 from gcl.training.run import PROGRESS_DIR, train_run
 from gcl.training.train import DivergenceError, run_seed
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
-ER = {"benchmark": "mnist-360", "method": "er", "algorithm": "er", "buffer": 50, "lr": 0.1, "batch": 4,
-      "replay_batch": 8}
+ER = run_settings("er", buffer=50, lr=0.1, batch=4, replay_batch=8)
 
 
 def test_a_diverging_run_stops_with_the_step_and_the_cause(tiny_mnist360):
     bench, cfg = tiny_mnist360
     with pytest.raises(DivergenceError, match=r"(non-finite \(NaN or inf\) at step \d+|no longer finite|predicts class "
                                               r"\d+ for every evaluation image).*learning rate"):
-        run_seed(bench, cfg, {**ER, "lr": 1e4}, 0, CPU)
+        run_seed(bench, cfg, run_settings("er", buffer=50, lr=1e4, batch=4, replay_batch=8), 0, CPU)
 
 
 def test_a_nan_loss_names_its_first_step(tiny_mnist360, monkeypatch):
@@ -114,6 +113,26 @@ def test_the_resume_fingerprint_covers_the_benchmark_data(tmp_path):
     assert fingerprint({"lr": 0.1}, files=(a,)) == fingerprint({"lr": 0.1}, files=(a,))
 
 
+def test_the_resume_fingerprint_hashes_the_train_stages_code_and_no_other(tmp_path, monkeypatch):
+    """One code scope (gcl.core.layout.TRAIN_CODE) for the train stages' digest and the seeds' resume fingerprint:
+    an edit outside it (the report) keeps every interrupted run's checkpoints, an edit inside it (a method) does not."""
+    from gcl.core import layout
+    project = tmp_path / "project"
+    for part in (*TRAIN_CODE, "src/gcl/report", "src/gcl/config.py"):
+        (project / part).parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if (ROOT / part).is_dir() else shutil.copy)(ROOT / part, project / part)
+    monkeypatch.setattr(layout, "PROJECT", project)
+    before = fingerprint({"lr": 0.1}, 0, "cpu")
+    assert train_code_digest() == train_code_digest(project / "stages" / "train.py")   # what check@runs writes
+    for outside in ("src/gcl/report/settings.py", "src/gcl/config.py"):
+        with open(project / outside, "a") as f:
+            f.write("\n# an edit outside the train stages' code\n")
+        assert fingerprint({"lr": 0.1}, 0, "cpu") == before, outside
+    with open(project / "src/gcl/methods/er.py", "a") as f:
+        f.write("\n# an edit of a method\n")
+    assert fingerprint({"lr": 0.1}, 0, "cpu") != before
+
+
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -133,8 +152,8 @@ def test_seeds_finished_on_other_data_are_not_reused(project, monkeypatch):
     monkeypatch.setattr(run_module, "run_seed", crash_on_seed_1)
     with pytest.raises(KeyboardInterrupt):
         train_run(project)
-    bench = mnist360.build_benchmark(synthetic_source(per_class=48))
-    bench["config"] = project["data"]
+    bench = mnist360.build_benchmark(synthetic_source(per_class=48), project.data)
+    bench["config"] = project.data.model_dump(mode="json")
     save_tensors("data/benchmarks/mnist-360/benchmark.pt", bench)
     monkeypatch.setattr(run_module, "run_seed", lambda *a, **kw: (trained.append(a[3]), original(*a, **kw))[1])
     out = json.loads(train_run(project).read_text())
@@ -181,9 +200,9 @@ def test_killing_a_stages_parent_ends_the_stage_and_its_workers(tmp_path):
     import yaml
     (folder / "params.yaml").write_text(yaml.safe_dump(params))
     spec = resolve_run(params, "long")
-    write_json(folder / "resolved/runs/long.json", {**spec, "code": tree_digest(TRAIN_CODE, ROOT)})
-    bench = sequential.build_benchmark(synthetic_source(per_class=20), spec["data"])
-    bench["config"] = spec["data"]
+    write_json(folder / "resolved/runs/long.json", {**spec.to_json(), "code": tree_digest(TRAIN_CODE, ROOT)})
+    bench = sequential.build_benchmark(synthetic_source(per_class=20), spec.data)
+    bench["config"] = spec.data.model_dump(mode="json")
     save_tensors(folder / "data/benchmarks/seq/benchmark.pt", bench)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     # the parent stands in for `dvc repro`: it starts the stage and waits for it

@@ -1,4 +1,5 @@
-"""CIFAR-10, CIFAR-100 and Tiny ImageNet sources, run offline on tiny files in the real on-disk formats."""
+"""CIFAR-10, CIFAR-100 (gcl.data.cifar_sources) and Tiny ImageNet (gcl.data.tinyimagenet_sources), run offline on
+tiny files in the real on-disk formats."""
 from __future__ import annotations
 
 import re
@@ -21,8 +22,9 @@ from image_fixtures import (
 )
 from torchvision.datasets import CIFAR10, CIFAR100
 
-from gcl.data import image_sources
-from gcl.data.image_sources import NORMALIZATION, TINY_MD5
+from gcl.data import tinyimagenet_sources
+from gcl.data.image_sources import NORMALIZATION
+from gcl.data.tinyimagenet_sources import TINY_MD5
 from gcl.data.sources import (
     SOURCES,
     SourceError,
@@ -268,7 +270,7 @@ def test_tinyimagenet_validation_images_must_match_their_annotations(tmp_path):
 
 def test_tinyimagenet_canonical_archive_must_hold_500_and_50_per_class(tmp_path, monkeypatch):
     archive, _ = _tiny(tmp_path)
-    monkeypatch.setattr(image_sources, "TINY_MD5", md5(archive))   # as if the fixture were the published zip
+    monkeypatch.setattr(tinyimagenet_sources, "TINY_MD5", md5(archive))   # as if the fixture were the published zip
     with pytest.raises(SourceError, match=r"holds 3 classes with 12 training and 2 validation images each; the "
                                           r"canonical tiny-imagenet-200\.zip holds 200 classes with 500 and 50"):
         read_source("tinyimagenet", {"archive": str(archive), "md5": md5(archive)}, tmp_path)

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import synthetic_source
+from helpers import run_settings, synthetic_source
 
 from gcl.config import ParamsError, resolve_run
 from gcl.data.transforms import to_unit_float
@@ -13,7 +13,6 @@ from gcl.methods import METHODS, MethodContext
 from gcl.methods.agem import project
 from gcl.methods.der import der_loss
 from gcl.methods.gss import GSSBuffer, gradient_cosines
-from gcl.core.settings import defaults
 from gcl.core.backbones import MLP
 from gcl.training.train import run_seed
 
@@ -26,7 +25,7 @@ def make_method(name: str, seed: int = 0, n_classes: int = 10, train_transform=t
     net = MLP((1, 28, 28), n_classes)
     ctx = MethodContext(device=CPU, n_classes=n_classes, train_transform=train_transform,
                         generator=torch.Generator().manual_seed(seed), plain_transform=plain_transform)
-    return METHODS[name](net, {**defaults(METHODS[name].Settings), **cfg}, ctx)
+    return METHODS[name](net, run_settings(name, **cfg), ctx)
 
 
 def digits(label: int, n: int, offset: int = 0):
@@ -299,8 +298,7 @@ def gss_on_resnet(channels_last: bool):
     net = build_backbone("resnet18", (3, 8, 8), 10, channels_last=channels_last)
     ctx = MethodContext(device=CPU, n_classes=10, train_transform=to_unit_float,
                         generator=torch.Generator().manual_seed(0))
-    return METHODS["gss"](net, {**defaults(METHODS["gss"].Settings), "lr": 0.05, "batch": 4, "replay_batch": 4,
-                                "gss_minibatch": 4, "buffer": 6}, ctx)
+    return METHODS["gss"](net, run_settings("gss", buffer=6, lr=0.05, batch=4, replay_batch=4, gss_minibatch=4), ctx)
 
 
 @pytest.mark.parametrize("channels_last, bf16", [(True, False), (False, True), (True, True)])
@@ -324,6 +322,7 @@ def test_gss_under_channels_last_and_bf16(channels_last, bf16):
 
 # --- end to end ------------------------------------------------------------------------------------
 
+TINY_MNIST360 = {"kind": "mnist-360", "source": "synthetic", "backbone": "mlp", "epochs": 1}   # as conftest's
 RUNS = {
     "der": {"replay_batch": 8, "alpha": 0.5},
     "derpp": {"replay_batch": 8, "alpha": 0.5, "beta": 1.0},
@@ -346,10 +345,11 @@ def test_trains_end_to_end_without_task_boundaries(name, tiny_mnist360, monkeypa
     monkeypatch.setattr(cls, "begin_task", refuse)
     monkeypatch.setattr(cls, "end_task", refuse)
     monkeypatch.setattr(cls, "finish", lambda self: (seen.setdefault("method", self), finish(self)))
-    params = {"seeds": [0], "sources": {"synthetic": {}}, "benchmarks": {"b": bench_cfg}, "methods": {name: {}},
+    params = {"seeds": [0], "sources": {"synthetic": {}}, "benchmarks": {"b": TINY_MNIST360}, "methods": {name: {}},
               "runs": {"r": {"benchmark": "b", "method": name, "buffer": 40, "lr": 0.1, "batch": 4, **RUNS[name]}}}
-    run_cfg = resolve_run(params, "r")["run"]
-    result = run_seed(bench, bench_cfg, run_cfg, 0, CPU)
+    spec = resolve_run(params, "r")
+    assert spec.benchmark == bench_cfg
+    result = run_seed(bench, spec.benchmark, spec.run, 0, CPU)
     method = seen["method"]
     assert result.steps > 20 and 0.0 <= result.class_il <= 100.0
     assert all(math.isfinite(v) for v in result.loss_curve)
@@ -368,4 +368,4 @@ def test_params_validation_reads_each_methods_hyperparameters():
                              "replay_batch": 16, "gss_minibatch": 16}}}
     with pytest.raises(ParamsError, match="beta"):
         resolve_run(params, "r")
-    assert resolve_run(params, "g")["run"]["batch_num"] == 1
+    assert resolve_run(params, "g").run.batch_num == 1

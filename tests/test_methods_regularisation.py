@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import synthetic_source
+from helpers import run_settings, sequential_settings, synthetic_source
 from torch import nn
 
 from gcl.data import sequential
@@ -48,8 +48,7 @@ def make(name, net=None, n_classes=2, transform=None, **cfg):
     net = net if net is not None else MLP((1, 28, 28), n_classes)
     ctx = MethodContext(device=CPU, n_classes=n_classes, generator=torch.Generator().manual_seed(0),
                         train_transform=transform or (lambda x: x), plain_transform=transform or (lambda x: x))
-    settings = METHODS[name].Settings(**cfg).model_dump()   # validated, with the declared defaults
-    return METHODS[name](net, {"buffer": "none", **settings}, ctx)
+    return METHODS[name](net, run_settings(name, **cfg), ctx)     # validated, with the declared defaults
 
 
 def task(index, x, y, classes):
@@ -298,12 +297,10 @@ def test_boundary_methods_get_begin_and_end_of_each_task_in_order():
         def end_task(self, t):
             calls.append(("end", t.index, t.classes, t.x_raw.clone(), t.y.clone()))
 
-    cfg = {"kind": "sequential", "source": "synthetic", "backbone": "mlp", "epochs": 2, "n_tasks": 5,
-           "classes_per_task": 2, "augment": False}
-    bench = sequential.build_benchmark(synthetic_source(per_class=12), cfg)
+    settings = sequential_settings(epochs=2, augment=False)
+    bench = sequential.build_benchmark(synthetic_source(per_class=12), settings.data())
     try:
-        run_seed(bench, cfg, {"method": "test-recorder", "algorithm": "test-recorder", "buffer": "none",
-                              "lr": 0.1, "batch": 5}, 0, CPU)
+        run_seed(bench, settings.training(), run_settings("test-recorder", lr=0.1, batch=5), 0, CPU)
     finally:
         del METHODS["test-recorder"]
     kinds = [c[0] for c in calls]
@@ -395,7 +392,7 @@ def test_boundary_methods_are_refused_on_mnist360():
     for name in settings:
         with pytest.raises(ParamsError, match="needs task boundaries"):
             resolve_run(params, f"m360-{name}")
-        assert resolve_run(params, f"seq-{name}")["run"]["algorithm"] == name
+        assert resolve_run(params, f"seq-{name}").run.algorithm == name
 
 
 # --- learning ------------------------------------------------------------------------------------------
@@ -403,11 +400,8 @@ def test_boundary_methods_are_refused_on_mnist360():
 @pytest.mark.parametrize("name, extra", [("oewc", dict(e_lambda=10.0, gamma=1.0)), ("si", dict(c=0.5, xi=1.0)),
                                          ("lwf", dict(alpha=1.0, softmax_temp=2.0))])
 def test_each_method_learns_a_small_sequential_benchmark(name, extra):
-    cfg = {"kind": "sequential", "source": "synthetic", "backbone": "mlp", "epochs": 1, "n_tasks": 5,
-           "classes_per_task": 2, "augment": False}
-    bench = sequential.build_benchmark(synthetic_source(per_class=40), cfg)
-    run = {"method": name, "algorithm": name, "buffer": "none", "lr": 0.1, "batch": 10,
-           **METHODS[name].Settings(lr=0.1, batch=10, **extra).model_dump()}
-    r = run_seed(bench, cfg, run, 0, CPU)
+    settings = sequential_settings(augment=False)
+    bench = sequential.build_benchmark(synthetic_source(per_class=40), settings.data())
+    r = run_seed(bench, settings.training(), run_settings(name, lr=0.1, batch=10, **extra), 0, CPU)
     assert r.task_il > 85.0                      # chance: 50
     assert len(r.acc_matrix) == 5 and r.class_il > 10.0

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import synthetic_source
+from helpers import benchmark_settings, run_settings, synthetic_source
 from torch import nn
 
 from gcl.config import resolve_run
@@ -35,9 +35,7 @@ def make_method(name: str, seed: int = 0, buffer: int = 40, net: nn.Module | Non
     net = net if net is not None else MLP((1, 28, 28), 10)
     ctx = MethodContext(device=CPU, n_classes=10, train_transform=to_unit_float,
                         generator=torch.Generator().manual_seed(seed), plain_transform=to_unit_float)
-    cls = METHODS[name]
-    settings = cls.Settings.model_validate({"lr": 0.1, "batch": 5, **SETTINGS[name], **cfg}).model_dump()   # + defaults
-    return cls(net, {**settings, "buffer": buffer}, ctx)
+    return METHODS[name](net, run_settings(name, buffer, **{"lr": 0.1, "batch": 5, **SETTINGS[name], **cfg}), ctx)
 
 
 def task(t: int, per_class: int = 12) -> TaskData:
@@ -460,18 +458,20 @@ def test_state_dict_round_trips_the_cross_task_state(name, keys):
 
 # --- end to end ------------------------------------------------------------------------------------
 
+TINY_SEQ = {"kind": "sequential", "source": "synthetic", "backbone": "mlp", "epochs": 1, "n_tasks": 5,
+            "classes_per_task": 2, "augment": False}
+
+
 @pytest.fixture(scope="module")
 def tiny_seq():
-    cfg = {"kind": "sequential", "source": "synthetic", "backbone": "mlp", "epochs": 1, "n_tasks": 5,
-           "classes_per_task": 2, "augment": False}
-    return sequential.build_benchmark(synthetic_source(per_class=40), cfg), cfg
+    return sequential.build_benchmark(synthetic_source(per_class=40), benchmark_settings(**TINY_SEQ).data())
 
 
 def _run(tiny_seq, name, buffer, **extra):
-    bench, cfg = tiny_seq
-    params = {"seeds": [0], "sources": {"synthetic": {}}, "benchmarks": {"b": cfg}, "methods": {name: {}},
+    params = {"seeds": [0], "sources": {"synthetic": {}}, "benchmarks": {"b": TINY_SEQ}, "methods": {name: {}},
               "runs": {"r": {"benchmark": "b", "method": name, "buffer": buffer, "lr": 0.1, "batch": 10, **extra}}}
-    return run_seed(bench, cfg, resolve_run(params, "r")["run"], 0, CPU)
+    spec = resolve_run(params, "r")
+    return run_seed(tiny_seq, spec.benchmark, spec.run, 0, CPU)
 
 
 @pytest.mark.parametrize("name", sorted(SETTINGS))

@@ -7,6 +7,9 @@ from helpers import synthetic_source
 from gcl.data import mnist360
 from gcl.data.transforms import rotate
 
+DATA = mnist360.Mnist360.Data(source="synthetic")       # the data settings, as a params block's defaults make them
+WITHOUT = "without-replacement"                         # each chunk image drawn once (the setting's default)
+
 
 def test_segments_are_the_nine_pairs_three_times():
     pairs = mnist360.segment_pairs()
@@ -37,7 +40,7 @@ def test_proportional_batches_stop_when_a_chunk_runs_out():
 def test_step_counts_match_the_reference_on_400_digits_per_class(batch, steps):
     bench = {"class_sizes": [400] * 9, "train_x": torch.zeros(3600, 1, 2, 2, dtype=torch.uint8),
              "train_y": torch.arange(9).repeat_interleave(400)}
-    stream = mnist360.build_stream(bench, batch, torch.Generator().manual_seed(0))
+    stream = mnist360.build_stream(bench, batch, torch.Generator().manual_seed(0), WITHOUT)
     assert stream.steps == steps
     assert len(stream.eval_after) == 27 and stream.eval_after[-1] == steps - 1
     assert stream.task_ends == []
@@ -56,8 +59,8 @@ def _labels_by_batch(stream):
 
 
 def test_stream_batches_mix_exactly_the_active_pair():
-    bench = mnist360.build_benchmark(synthetic_source(per_class=60))
-    stream = mnist360.build_stream(bench, 4, torch.Generator().manual_seed(1))
+    bench = mnist360.build_benchmark(synthetic_source(per_class=60), DATA)
+    stream = mnist360.build_stream(bench, 4, torch.Generator().manual_seed(1), WITHOUT)
     pairs = mnist360.segment_pairs()
     seg = 0
     for step, labels in enumerate(_labels_by_batch(stream)):
@@ -69,8 +72,8 @@ def test_stream_batches_mix_exactly_the_active_pair():
 
 def test_stream_images_are_the_source_images_rotated_by_the_schedule():
     source = synthetic_source(per_class=60)
-    bench = mnist360.build_benchmark(source)
-    stream = mnist360.build_stream(bench, 1, torch.Generator().manual_seed(2))
+    bench = mnist360.build_benchmark(source, DATA)
+    stream = mnist360.build_stream(bench, 1, torch.Generator().manual_seed(2), WITHOUT)
     # the first image drawn of class 1 (segment (0, 1)) is unrotated; of class 0 it is turned 300 degrees
     labels = stream.labels.tolist()
     first_of = {c: labels.index(c) for c in (0, 1)}
@@ -83,24 +86,24 @@ def test_stream_images_are_the_source_images_rotated_by_the_schedule():
 
 
 def test_each_image_is_drawn_at_most_once_without_replacement():
-    bench = mnist360.build_benchmark(synthetic_source(per_class=60))
-    stream = mnist360.build_stream(bench, 4, torch.Generator().manual_seed(3))
+    bench = mnist360.build_benchmark(synthetic_source(per_class=60), DATA)
+    stream = mnist360.build_stream(bench, 4, torch.Generator().manual_seed(3), WITHOUT)
     assert len(set(stream.origin.tolist())) == len(stream.origin)
     assert torch.equal(bench["train_y"][stream.origin], stream.labels)
-    replaced = mnist360.build_stream(bench, 4, torch.Generator().manual_seed(3), draw="with-replacement")
+    replaced = mnist360.build_stream(bench, 4, torch.Generator().manual_seed(3), "with-replacement")
     assert len(set(replaced.origin.tolist())) < len(replaced.origin)
 
 
 def test_same_seed_same_stream_other_seed_other_order():
-    bench = mnist360.build_benchmark(synthetic_source(per_class=60))
-    s1, s2, s3 = (mnist360.build_stream(bench, 4, torch.Generator().manual_seed(s)) for s in (5, 5, 6))
+    bench = mnist360.build_benchmark(synthetic_source(per_class=60), DATA)
+    s1, s2, s3 = (mnist360.build_stream(bench, 4, torch.Generator().manual_seed(s), WITHOUT) for s in (5, 5, 6))
     assert torch.equal(s1.images, s2.images) and s1.bounds == s2.bounds
     assert not torch.equal(s1.origin, s3.origin)
 
 
 def test_test_sweep_rotates_each_class_through_360_degrees():
     source = synthetic_source(per_class=30, test_per_class=4)
-    bench = mnist360.build_benchmark(source)
+    bench = mnist360.build_benchmark(source, DATA)
     assert bench["test_y"].tolist() == [c for c in range(9) for _ in range(4)]
     digit3 = source["test_x"][source["test_y"] == 3]
     expected = rotate(digit3, torch.tensor([0.0, 90.0, 180.0, 270.0]))
@@ -110,7 +113,7 @@ def test_test_sweep_rotates_each_class_through_360_degrees():
 
 def test_validation_split_replaces_the_test_set():
     source = synthetic_source(per_class=30, test_per_class=4)
-    bench = mnist360.build_benchmark(source, {"validation_fraction": 0.2})
+    bench = mnist360.build_benchmark(source, DATA.model_copy(update={"validation_fraction": 0.2}))
     assert bench["class_sizes"] == [24] * 9
     assert len(bench["test_y"]) == 9 * 6 and bench["evaluated_on"] == "validation"
     held = source["train_x"][source["train_y"] == 0][24:]

@@ -4,6 +4,7 @@ import re
 from types import SimpleNamespace
 
 import torch
+from helpers import run_settings
 
 from gcl.training.progress import Progress, StreamProgress, clock
 from gcl.training.train import run_seed
@@ -32,7 +33,7 @@ def test_position_names_task_and_epoch():
 
 def test_a_seed_prints_whole_lines_with_every_field(tiny_mnist360, tmp_path, capsys):
     bench, cfg = tiny_mnist360
-    run = {"method": "er", "algorithm": "er", "buffer": 50, "lr": 0.1, "batch": 4, "replay_batch": 8}
+    run = run_settings("er", buffer=50, lr=0.1, batch=4, replay_batch=8)
     log = tmp_path / "train.log"
     result = run_seed(bench, cfg, run, 3, CPU, progress=Progress("mnist-360-er-50", log, seed=3, every=0.0))
     lines = capsys.readouterr().out.splitlines()
@@ -48,7 +49,7 @@ def test_a_seed_prints_whole_lines_with_every_field(tiny_mnist360, tmp_path, cap
 
 
 def test_a_run_writes_its_log_beside_its_results(tmp_path, monkeypatch):
-    from helpers import synthetic_source
+    from helpers import run_settings, synthetic_source
 
     from gcl.core.atomic import save_tensors
     from gcl.config import resolve_run
@@ -62,8 +63,8 @@ def test_a_run_writes_its_log_beside_its_results(tmp_path, monkeypatch):
               "runs": {"seq-er-20": {"benchmark": "seq", "method": "er", "buffer": 20, "lr": 0.1, "batch": 4,
                                      "replay_batch": 4}}}
     spec = resolve_run(params, "seq-er-20")
-    bench = sequential.build_benchmark(synthetic_source(per_class=8), spec["data"])
-    bench["config"] = spec["data"]
+    bench = sequential.build_benchmark(synthetic_source(per_class=8), spec.data)
+    bench["config"] = spec.data.model_dump(mode="json")
     save_tensors("data/benchmarks/seq/benchmark.pt", bench)
     out = train_run(spec, workers=2)
     lines = (out.parent / "train.log").read_text().splitlines()

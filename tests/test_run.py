@@ -37,10 +37,18 @@ def test_seeds_finished_eager_are_not_reused_by_a_compiled_attempt(project, monk
     """`compile: auto` resolves per machine (a GPU with Triton compiles): seeds finished eagerly are not taken
     into an attempt that compiles, nor its checkpoints."""
     import gcl.training.run as run_module
+    from gcl.core import backbones
     calls = interrupted_at_seed_2(project, monkeypatch)
     monkeypatch.setattr(run_module, "compile_mode", lambda setting, device, method_cls: "reduce-overhead")
-    train_run(project)   # the seeds themselves train eagerly here (no GPU): only the resolution differs
+    monkeypatch.setattr(backbones, "compile_extractor", lambda fn, mode: fn)   # a stand-in compiler: no GPU here
+    backbones.compiled_extract.cache_clear()
+    try:
+        out = json.loads(train_run(project).read_text())   # the stand-in trains as eager: only the decision differs
+    finally:
+        backbones.compiled_extract.cache_clear()
     assert calls == [0, 1, 2]
+    # the run's one decision reached every seed, which applied it and says so
+    assert {seed["environment"]["compiled"] for seed in out["seeds"].values()} == {"reduce-overhead"}
 
 
 def test_a_run_stopped_inside_a_seed_resumes_from_its_checkpoint(project, monkeypatch):

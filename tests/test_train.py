@@ -3,6 +3,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from helpers import mnist360_settings, run_settings, sequential_settings, synthetic_source
+
 from gcl.methods.base import METHODS, Method, register
 from gcl.training.train import run_seed
 
@@ -10,10 +12,7 @@ CPU = torch.device("cpu")
 
 
 def er_cfg(**kw):
-    cfg = {"benchmark": "mnist-360", "method": "er", "algorithm": "er", "buffer": 50, "lr": 0.1,
-           "batch": 4, "replay_batch": 8}
-    cfg.update(kw)
-    return cfg
+    return run_settings("er", **{"buffer": 50, "lr": 0.1, "batch": 4, "replay_batch": 8, **kw})
 
 
 def test_same_seed_same_numbers(tiny_mnist360):
@@ -50,7 +49,7 @@ def test_a_seed_records_the_environment_it_was_computed_in(tiny_mnist360):
 
 def test_er_learns_the_synthetic_digits(tiny_mnist360):
     bench, cfg = tiny_mnist360
-    sgd = run_seed(bench, cfg, {**er_cfg(), "method": "sgd", "algorithm": "sgd", "buffer": "none"}, 0, CPU)
+    sgd = run_seed(bench, cfg, run_settings("sgd", lr=0.1, batch=4), 0, CPU)
     er = run_seed(bench, cfg, er_cfg(buffer=100), 0, CPU)
     assert er.class_il > sgd.class_il
 
@@ -75,7 +74,7 @@ def test_general_continual_methods_are_never_told_boundaries(tiny_mnist360):
 
     try:
         bench, cfg = tiny_mnist360
-        run_seed(bench, cfg, {**er_cfg(), "method": "test-spy", "algorithm": "test-spy", "buffer": "none"}, 0, CPU)
+        run_seed(bench, cfg, run_settings("test-spy", lr=0.1, batch=4), 0, CPU)
         assert calls and set(calls) == {"observe"}
     finally:
         del METHODS["test-spy"]
@@ -83,28 +82,24 @@ def test_general_continual_methods_are_never_told_boundaries(tiny_mnist360):
 
 def test_joint_is_evaluated_once_after_training_on_everything(tiny_mnist360):
     bench, cfg = tiny_mnist360
-    r = run_seed(bench, cfg, {**er_cfg(), "method": "joint", "algorithm": "joint", "buffer": "none"}, 0, CPU)
+    r = run_seed(bench, cfg, run_settings("joint", lr=0.1, batch=4), 0, CPU)
     assert len(r.acc_matrix) == 1 and r.forgetting is None
-    sgd = run_seed(bench, cfg, {**er_cfg(), "method": "sgd", "algorithm": "sgd", "buffer": "none"}, 0, CPU)
+    sgd = run_seed(bench, cfg, run_settings("sgd", lr=0.1, batch=4), 0, CPU)
     assert r.class_il > sgd.class_il
 
 
 def test_joint_sees_each_image_once_and_makes_its_own_epochs(monkeypatch):
-    from helpers import synthetic_source
-
     from gcl.data import sequential
     from gcl.methods.joint import Joint
 
-    cfg = {"kind": "sequential", "source": "synthetic", "backbone": "mlp", "epochs": 3, "n_tasks": 5,
-           "classes_per_task": 2, "augment": False}
-    bench = sequential.build_benchmark(synthetic_source(per_class=20), cfg)
+    settings = sequential_settings(epochs=3, augment=False)
+    bench = sequential.build_benchmark(synthetic_source(per_class=20), settings.data())
     seen, steps = [], []
     original_observe, original_step = Joint.observe, Joint.sgd_step
     monkeypatch.setattr(Joint, "observe",
                         lambda self, x, y, x_raw: (seen.append(len(y)), original_observe(self, x, y, x_raw))[1])
     monkeypatch.setattr(Joint, "sgd_step", lambda self, loss: (steps.append(1), original_step(self, loss))[1])
-    r = run_seed(bench, cfg, {"method": "joint", "algorithm": "joint", "buffer": "none", "lr": 0.1, "batch": 10},
-                 0, CPU)
+    r = run_seed(bench, settings.training(), run_settings("joint", lr=0.1, batch=10), 0, CPU)
     assert sum(seen) == 200                      # the stream shown once, not once per epoch
     assert len(steps) == 3 * 200 // 10          # three epochs of its own over the 200 images
     assert r.task_il is not None and len(r.acc_matrix) == 1
@@ -117,10 +112,10 @@ def test_a_bf16_run_learns(method, tiny_mnist360):
     per-sample gradients run in fp32 inside it."""
     bench, cfg = tiny_mnist360
     fields = METHODS[method].Settings.model_fields
-    given = {k: v for k, v in {**er_cfg(), "gss_minibatch": 8}.items() if k in fields}
-    run = {**METHODS[method].Settings.model_validate(given).model_dump(), **er_cfg(method=method, algorithm=method)}
+    given = {k: v for k, v in {"lr": 0.1, "batch": 4, "replay_batch": 8, "gss_minibatch": 8}.items() if k in fields}
+    run = run_settings(method, buffer=50, **given)
     fp32 = run_seed(bench, cfg, run, 0, CPU)
-    bf16 = run_seed(bench, {**cfg, "bf16": True}, run, 0, CPU)
+    bf16 = run_seed(bench, cfg.model_copy(update={"bf16": True}), run, 0, CPU)
     chance = 100.0 / 9
     assert fp32.class_il > 2.5 * chance and bf16.class_il > 2.5 * chance
     assert abs(bf16.class_il - fp32.class_il) < 10
@@ -132,18 +127,18 @@ def bundled_mnist360() -> tuple[dict, dict]:
     from gcl.data import mnist360
     from gcl.data.sources import read_source
 
-    cfg = {"kind": "mnist-360", "source": "mnist-bundled", "backbone": "mlp", "epochs": 1}
-    bench = mnist360.build_benchmark(read_source("mnist-bundled", {}))
-    return bench, cfg
+    settings = mnist360_settings(source="mnist-bundled")
+    bench = mnist360.build_benchmark(read_source("mnist-bundled", {}), settings.data())
+    return bench, settings.training()
 
 
 def test_joint_learns_under_bf16_as_in_fp32_and_the_seed_says_bf16(bundled_mnist360):
     """JOINT makes all its updates once the stream is over, inside one autocast context: without dropping
     autocast's bf16 copies of the weights after each update it trained on the initial weights (chance, 11.11)."""
     bench, cfg = bundled_mnist360
-    run = {"method": "joint", "algorithm": "joint", "buffer": "none", "lr": 0.1, "batch": 16}
+    run = run_settings("joint", lr=0.1, batch=16)
     fp32 = run_seed(bench, cfg, run, 0, CPU)
-    bf16 = run_seed(bench, {**cfg, "bf16": True}, run, 0, CPU)
+    bf16 = run_seed(bench, cfg.model_copy(update={"bf16": True}), run, 0, CPU)
     assert fp32.class_il > 25 and abs(bf16.class_il - fp32.class_il) < 5
     assert bf16.environment["precision"] == "bf16" and fp32.environment["precision"] == "fp32"
 
@@ -157,7 +152,7 @@ def test_a_second_update_in_one_autocast_context_sees_the_first():
 
     torch.manual_seed(0)
     ctx = MethodContext(device=CPU, n_classes=10, train_transform=to_unit_float, generator=torch.Generator())
-    sgd = METHODS["sgd"](MLP((1, 28, 28), 10), {"lr": 0.5, "batch": 8, "buffer": "none"}, ctx)
+    sgd = METHODS["sgd"](MLP((1, 28, 28), 10), run_settings("sgd", lr=0.5, batch=8), ctx)
     x, y = torch.rand(8, 1, 28, 28), torch.randint(0, 10, (8,))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         before = sgd.net(x).float()
@@ -169,18 +164,14 @@ def test_a_second_update_in_one_autocast_context_sees_the_first():
 def test_hal_looks_ahead_with_the_stepped_weights_under_bf16():
     """HAL's stability term compares the anchors' outputs at theta - lr * grad with those at theta; under bf16 the
     look-ahead reused autocast's copy of theta, so the two were identical and the term was exactly 0."""
-    from helpers import synthetic_source
-
     from gcl.core.backbones import MLP
-    from gcl.data import sequential
     from gcl.data.transforms import to_unit_float
     from gcl.methods import MethodContext
 
     torch.manual_seed(0)
     ctx = MethodContext(device=CPU, n_classes=10, train_transform=to_unit_float, generator=torch.Generator())
-    cfg = METHODS["hal"].Settings.model_validate({"lr": 0.1, "batch": 8, "replay_batch": 8, "hal_lambda": 0.1,
-                                                        "beta": 0.5, "gamma": 0.1}).model_dump()
-    hal = METHODS["hal"](MLP((1, 28, 28), 10), {**cfg, "buffer": 20}, ctx)
+    cfg = run_settings("hal", buffer=20, lr=0.1, batch=8, replay_batch=8, hal_lambda=0.1, beta=0.5, gamma=0.1)
+    hal = METHODS["hal"](MLP((1, 28, 28), 10), cfg, ctx)
     src = synthetic_source(per_class=4)
     hal.anchors = to_unit_float(src["train_x"][:4])
     outputs, forward = [], hal.net.forward

@@ -35,6 +35,8 @@ from synthetic import SOURCE_SHAPES, random_benchmark, random_source  # noqa: E4
 from gcl.config import load_params, resolve_run  # noqa: E402
 from gcl.methods import METHODS  # noqa: E402
 from gcl.training.progress import StreamProgress  # noqa: E402
+from gcl.training.spec import ResolvedRun  # noqa: E402
+from gcl.training.compilation import compile_mode  # noqa: E402
 from gcl.training.train import EAGER_STEPS, setup_seed  # noqa: E402
 
 
@@ -45,10 +47,10 @@ def first_steps(stream, steps: int):
                                task_classes=None)
 
 
-def train(spec: dict, bench: dict, device: torch.device, compiled: bool, steps: int, warmup: int) -> dict:
+def train(spec: ResolvedRun, bench: dict, device: torch.device, compiled: bool, steps: int, warmup: int) -> dict:
     """Losses of every step and the wall time of the steps after `warmup` (and of the first `warmup`)."""
-    bench_cfg = {**spec["benchmark"], "compile": compiled}
-    s = setup_seed(bench, bench_cfg, spec["run"], 0, device)
+    mode = compile_mode(compiled, device, METHODS[spec.run.algorithm])
+    s = setup_seed(bench, spec.benchmark, spec.run, 0, device, mode)
     loop = s.loop
     loop.stream = first_steps(s.stream, steps)
     losses, marks = [], []
@@ -68,7 +70,7 @@ def train(spec: dict, bench: dict, device: torch.device, compiled: bool, steps: 
         return loss
 
     s.method.observe = observed
-    loop.run(StreamProgress(Quiet(spec["key"]), loop.stream, False, 1, 0))
+    loop.run(StreamProgress(Quiet(spec.key), loop.stream, False, 1, 0))
     start, timed_from, end = marks
     return {"losses": torch.stack(losses).float().cpu(), "warmup_s": timed_from - start,
             "ms_step": 1e3 * (end - timed_from) / (len(losses) - warmup), "compiled": s.net.compile_mode}
@@ -109,13 +111,13 @@ def main(argv=None) -> list[dict]:
     rows, benches = [], {}
     for (bench_name, method), keys in pairs.items():
         spec = resolve_run(params, keys[0])
-        spec["benchmark"] = {**spec["benchmark"], "bf16": args.bf16}
-        if not METHODS[spec["run"]["algorithm"]].capturable or METHODS[spec["run"]["algorithm"]].offline:
+        spec = spec.model_copy(update={"benchmark": spec.benchmark.model_copy(update={"bf16": args.bf16})})
+        method_cls = METHODS[spec.run.algorithm]
+        if not method_cls.capturable or method_cls.offline:
             print(f"{bench_name} {method}: not compiled (eager only, or trains after the stream); skipped")
             continue
         if bench_name not in benches:
-            source = spec["data"]["source"]
-            benches[bench_name] = random_benchmark(spec["data"], random_source(SOURCE_SHAPES[source]))
+            benches[bench_name] = random_benchmark(spec.data, random_source(SOURCE_SHAPES[spec.data.source]))
         eager = train(spec, benches[bench_name], device, False, args.steps, args.warmup)
         compiled = train(spec, benches[bench_name], device, True, args.steps, args.warmup)
         rows.append({"benchmark": bench_name, "method": method, **compare(eager, compiled)})

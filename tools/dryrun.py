@@ -326,11 +326,11 @@ def error_of(done: subprocess.CompletedProcess) -> str:
 def expected_steps(params: dict, key: str) -> int:
     """A rough count of a run's stream steps, to start the longest runs first."""
     spec = resolve_run(params, key)
-    data, run = spec["data"], spec["run"]
-    counts = params["sources"][data["source"]]["train_per_class"] or \
-        SOURCE_SHAPES[data["source"].removeprefix("random-")].counts("train")
-    images = sum(counts[:data.get("n_tasks", 1) * data.get("classes_per_task", len(counts))])
-    return math.ceil(images / run["batch"]) * spec["benchmark"]["epochs"] * (4 if run["algorithm"] == "coca" else 1)
+    data, run = spec.data, spec.run
+    counts = params["sources"][data.source]["train_per_class"] or \
+        SOURCE_SHAPES[data.source.removeprefix("random-")].counts("train")
+    classes = data.n_tasks * data.classes_per_task if data.kind == "sequential" else len(counts)
+    return math.ceil(sum(counts[:classes]) / run.batch) * spec.benchmark.epochs * (4 if run.algorithm == "coca" else 1)
 
 
 def train(workspace: Path, key: str, dry: dict) -> dict:

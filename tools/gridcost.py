@@ -43,9 +43,11 @@ from synthetic import SOURCE_SHAPES, random_benchmark, random_source  # noqa: E4
 
 from gcl.config import load_params, resolve_run  # noqa: E402
 from gcl.core.devices import compile_threads, share_compile_threads  # noqa: E402
-from gcl.data.benchmarks import kind_of  # noqa: E402
+from gcl.data.benchmarks import KINDS  # noqa: E402
 from gcl.methods import METHODS  # noqa: E402
 from gcl.training.progress import Progress, StreamProgress  # noqa: E402
+from gcl.training.spec import ResolvedRun  # noqa: E402
+from gcl.training.compilation import compile_mode  # noqa: E402
 from gcl.training.train import setup_seed  # noqa: E402
 
 
@@ -118,23 +120,24 @@ def traced(run, device: torch.device):
         print(f"synchronisations: {n:>6} at {f}:{line}")
 
 
-def time_cell(spec: dict, bench: dict, device: torch.device, warmup: int, steps: int, barrier=None,
+def time_cell(spec: ResolvedRun, bench: dict, device: torch.device, warmup: int, steps: int, barrier=None,
               trace: bool = False) -> dict:
     """One run's step, boundary and evaluation times, and the size of its real stream."""
-    run, bench_cfg = spec["run"], spec["benchmark"]
-    method_cls = METHODS[run["algorithm"]]
+    run, training = spec.run, spec.benchmark
+    method_cls, kind = METHODS[run.algorithm], KINDS[training.kind]
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     if method_cls.offline:   # JOINT: its cost is plain training steps once the stream is over
-        run = {**run, "algorithm": "sgd"}
-    s = setup_seed(bench, bench_cfg, run, 0, device)
+        sgd = METHODS["sgd"].Run
+        run = sgd.model_validate(run.model_dump(include=set(sgd.model_fields) - {"algorithm"}))
+    s = setup_seed(bench, training, run, 0, device, compile_mode(training.compile, device, METHODS[run.algorithm]))
     real, loop, clock = s.stream, s.loop, Clock(device)
     if method_cls.offline:   # one pass to keep the stream, then `epochs` passes over what it kept, one evaluation
-        kept = kind_of(bench_cfg).stream(bench, {**bench_cfg, "epochs": 1}, run["batch"], torch.Generator()).n_samples
-        real_steps, real_evals = math.ceil(kept / run["batch"]) * bench_cfg["epochs"], 1
+        kept = kind.stream(bench, training, 1, run.batch, torch.Generator()).n_samples
+        real_steps, real_evals = math.ceil(kept / run.batch) * training.epochs, 1
     else:
         real_steps, real_evals = real.steps, len(real.eval_after)
-    has_tasks = kind_of(bench_cfg).has_tasks
+    has_tasks = kind.has_tasks
     loop.stream, timed = timing_stream(real, has_tasks, warmup, steps)
 
     marks, boundaries = [], []   # (start, end) of every evaluation and every boundary call
@@ -156,7 +159,7 @@ def time_cell(spec: dict, bench: dict, device: torch.device, warmup: int, steps:
         s.method.sleep = spans(s.method.sleep, sleeps)
     if barrier is not None:
         barrier.wait()
-    run_loop = lambda: loop.run(StreamProgress(Quiet(spec["key"]), loop.stream, has_tasks, 1, 0))
+    run_loop = lambda: loop.run(StreamProgress(Quiet(spec.key), loop.stream, has_tasks, 1, 0))
     traced(run_loop, device) if trace else run_loop()
     (_, first_eval_end), (second_eval_start, _) = marks[0], marks[1]
     inside = [e - b for b, e in boundaries if b >= first_eval_end and e <= second_eval_start]
@@ -185,10 +188,10 @@ def time_cells(profile: str, pairs: dict, shapes: dict, device: str, warmup: int
     benches, out = {}, {}
     for pair, keys in pairs.items():
         spec = resolve_run(params, keys[0])
-        spec["benchmark"] = {**spec["benchmark"], **overrides}
-        name = spec["run"]["benchmark"]
+        spec = spec.model_copy(update={"benchmark": spec.benchmark.model_copy(update=overrides)})
+        name = spec.run.benchmark
         if name not in benches:
-            benches[name] = random_benchmark(spec["data"], random_source(shapes[spec["data"]["source"]]))
+            benches[name] = random_benchmark(spec.data, random_source(shapes[spec.data.source]))
         out[pair] = time_cell(spec, benches[name], device, warmup, steps, barrier, trace)
     if queue is not None:
         queue.put(out)
@@ -244,7 +247,7 @@ def project(params: dict, pairs: dict, timings: dict) -> list[dict]:
     rows = []
     for pair, keys in pairs.items():
         t = timings[pair]
-        seeds = sum(len(resolve_run(params, k)["seeds"]) for k in keys)
+        seeds = sum(len(resolve_run(params, k).seeds) for k in keys)
         per_seed = (t["real_steps"] * t["effective"] + t["n_tasks"] * t["effective_boundary"]
                     + (t["real_evals"] + 1) * t["effective_evaluation"])
         rows.append({"benchmark": pair[0], "method": pair[1], "runs": len(keys), "seeds": seeds, **t,

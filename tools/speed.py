@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import SOURCE_SHAPES, random_benchmark, random_source  # noqa: E402
 
 from gcl.config import load_params, resolve_run  # noqa: E402
-from gcl.data.benchmarks import kind_of  # noqa: E402
+from gcl.data.benchmarks import KINDS  # noqa: E402
 from gcl.methods import METHODS, MethodContext  # noqa: E402
 from gcl.methods.base import TaskData  # noqa: E402
 from gcl.core.backbones import build_backbone  # noqa: E402
@@ -80,9 +80,9 @@ def run_of(params: dict, preset: Preset, method: str) -> str | None:
     return None
 
 
-def synthetic_benchmark(spec: dict, preset: Preset) -> dict:
+def synthetic_benchmark(spec, preset: Preset) -> dict:
     """The run's benchmark built from random images of the preset's shape (every setting of the run's own)."""
-    return random_benchmark(spec["data"], random_source(SOURCE_SHAPES[preset.source], PER_CLASS, 4))
+    return random_benchmark(spec.data, random_source(SOURCE_SHAPES[preset.source], PER_CLASS, 4))
 
 
 class Batches:
@@ -103,16 +103,17 @@ class Batches:
 def method_loop(key: str, params: dict, preset: Preset, args, device: torch.device):
     """One method at its run's settings: task 0 to fill its memory (and end it), then steps of task 1."""
     spec = resolve_run(params, key)
-    run, bench_cfg = spec["run"], {**spec["benchmark"], "bf16": args.bf16, "channels_last": args.channels_last}
+    run = spec.run
+    training = spec.benchmark.model_copy(update={"bf16": args.bf16, "channels_last": args.channels_last})
     bench = synthetic_benchmark(spec, preset)
-    train_transform, test_transform = kind_of(bench_cfg).transforms(bench, bench_cfg)
+    train_transform, test_transform = KINDS[training.kind].transforms(bench, training)
     torch.manual_seed(0)
-    net = build_backbone(bench_cfg["backbone"], bench["input_shape"], bench["n_classes"],
+    net = build_backbone(training.backbone, bench["input_shape"], bench["n_classes"],
                          channels_last=args.channels_last).to(device).train()
     ctx = MethodContext(device=device, n_classes=bench["n_classes"], train_transform=train_transform,
                         generator=torch.Generator().manual_seed(0), epochs=1, plain_transform=test_transform)
-    method = METHODS[run["algorithm"]](net, run, ctx)
-    first, second = (Batches(bench, t, run["batch"], device) for t in (0, 1))
+    method = METHODS[run.algorithm](net, run, ctx)
+    first, second = (Batches(bench, t, run.batch, device) for t in (0, 1))
     boundaries = method.needs_boundaries
 
     def observe(batches):
@@ -136,7 +137,7 @@ def method_loop(key: str, params: dict, preset: Preset, args, device: torch.devi
         nonlocal total
         total += observe(second)   # kept on the device: no host synchronisation per step
 
-    return step, run["batch"], key
+    return step, run.batch, key
 
 
 def bare_loop(batch: int, preset: Preset, args, device: torch.device):
@@ -228,15 +229,16 @@ def time_cell(args) -> None:
     from gcl.data.benchmarks import load_benchmark
     from gcl.core.layout import benchmark_file
     from gcl.core.devices import resolve_device
+    from gcl.training.compilation import compile_mode
     from gcl.training.train import run_seed
 
     params = load_params(args.profile or "params.yaml")
     spec = resolve_run(params, args.cell)
-    run_cfg, bench_cfg = spec["run"], spec["benchmark"]
     torch.set_num_threads(resolve_runtime(params)["threads"])
-    device = resolve_device(spec["device"])
-    bench = load_benchmark(benchmark_file(run_cfg["benchmark"]), spec["data"])
-    r = run_seed(bench, bench_cfg, run_cfg, args.seed, device)
+    device = resolve_device(spec.device)
+    bench = load_benchmark(benchmark_file(spec.run.benchmark), spec.data)
+    compiled = compile_mode(spec.benchmark.compile, device, METHODS[spec.run.algorithm])
+    r = run_seed(bench, spec.benchmark, spec.run, args.seed, device, compiled=compiled)
     til = "-" if r.task_il is None else f"{r.task_il:.2f}"
     print(f"{args.cell} seed {args.seed} on {device.type} ({torch.get_num_threads()} threads): {r.steps} steps, "
           f"{r.train_seconds:.1f} s training, {r.samples_per_second:.0f} samples/s, "

@@ -6,10 +6,10 @@ evaluation sets and streams have their real sizes.
 """
 from __future__ import annotations
 
-from gcl.data.benchmarks import kind_of
+from gcl.data.benchmarks import KINDS, BenchmarkData, DataSettings
 from gcl.data.random_sources import SOURCE_SHAPES, SourceShape, random_source  # noqa: F401  (the timing scripts' API)
 
 
-def random_benchmark(data_cfg: dict, source: dict) -> dict:
-    """The benchmark `data_cfg` (a run's resolved data settings) builds from `source`."""
-    return kind_of(data_cfg).build(source, data_cfg)
+def random_benchmark(data: DataSettings, source: dict) -> BenchmarkData:
+    """The benchmark that `data` (a run's resolved data settings) builds from `source`."""
+    return KINDS[data.kind].build(source, data)

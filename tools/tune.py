@@ -23,10 +23,14 @@ import torch
 import yaml
 from tabulate import tabulate
 
-from gcl.config import load_params, resolve_benchmark, resolve_run, resolve_runtime
-from gcl.data.benchmarks import kind_of
+from gcl.config import load_params, resolve_run, resolve_runtime
+from gcl.data.benchmarks import KINDS
 from gcl.data.sources import load_source
 from gcl.core.layout import source_file
+from gcl.data.benchmarks import TrainingSettings
+from gcl.methods.base import RunSettings
+from gcl.methods import METHODS
+from gcl.training.compilation import compile_mode
 from gcl.training.train import DivergenceError, run_seed
 
 _BENCH: dict = {}   # the validation benchmark, built once in the parent and inherited by forked workers
@@ -43,11 +47,13 @@ def parse_grid(items: list[str]) -> dict[str, list]:
     return grid
 
 
-def _one(run_cfg: dict, bench_cfg: dict, seed: int, threads: int, metric: str) -> float:
+def _one(run: RunSettings, training: TrainingSettings, seed: int, threads: int, metric: str) -> float:
     """One point and seed; a diverging point scores NaN (printed as diverged) instead of ending the grid."""
     torch.set_num_threads(threads)
+    cpu = torch.device("cpu")
     try:
-        return getattr(run_seed(_BENCH["bench"], bench_cfg, run_cfg, seed, torch.device("cpu")), metric)
+        return getattr(run_seed(_BENCH["bench"], training, run, seed, cpu,
+                                compiled=compile_mode(training.compile, cpu, METHODS[run.algorithm])), metric)
     except DivergenceError:
         return float("nan")
 
@@ -86,19 +92,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for point in points:   # each point is validated as a run of params.yaml would be
         trial = {**params, "runs": {args.run: {**params["runs"][args.run], **point}}}
         configs.append(resolve_run(trial, args.run))
-    bench_cfg = configs[0]["benchmark"]
-    if any(c["benchmark"] != bench_cfg for c in configs):
+    training = configs[0].benchmark
+    if any(c.benchmark != training for c in configs):
         raise SystemExit("--grid may not change the benchmark's settings (epochs); tune one value at a time")
-    groups = resolve_benchmark(params, configs[0]["run"]["benchmark"])
     threads = resolve_runtime(params)["threads"]
-    data_cfg = {**groups["data"], "validation_fraction": args.fraction}
-    source = load_source(source_file(data_cfg["source"]))
-    _BENCH["bench"] = kind_of(data_cfg).build(source, data_cfg)
+    data = configs[0].data.model_copy(update={"validation_fraction": args.fraction})
+    source = load_source(source_file(data.source))
+    _BENCH["bench"] = KINDS[data.kind].build(source, data)
     assert _BENCH["bench"]["evaluated_on"] == "validation"
 
     jobs = [(i, seed) for i in range(len(configs)) for seed in args.seeds]
     with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = {job: pool.submit(_one, configs[job[0]]["run"], bench_cfg, job[1], threads, args.metric)
+        futures = {job: pool.submit(_one, configs[job[0]].run, training, job[1], threads, args.metric)
                    for job in jobs}
         scores = {job: f.result() for job, f in futures.items()}
 

@@ -9,20 +9,21 @@ a run stops `dvc repro` before any training (data preparation does not depend on
 """
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
 from pydantic import AfterValidator, Field, field_validator
+from pydantic_core import to_jsonable_python
 
 from gcl.core.layout import run_dir
-from gcl.core.settings import ParamsError, Settings, validate
+# what a stage reads back of the files the check@ stages write, refused when params.yaml has moved past them
+from gcl.core.resolved import read_current, read_resolved  # noqa: F401  (the stages' API)
+from gcl.core.settings import ParamsError, Settings, derived_model, validate
 from gcl.core.devices import DEVICE_PATTERN
 from gcl.report.settings import ReportSettings
-
-RUN_KEYS = ("benchmark", "method", "buffer", "epochs", "width", "seeds")   # a run's own keys; the rest: method settings
-RUN_OVERRIDES = ("epochs", "width")   # the benchmark's training settings a run may set for itself
 
 
 def _distinct_seeds(seeds: list[int]) -> list[int]:
@@ -64,10 +65,27 @@ class TopLevel(Settings):
         raise ValueError("input should be an integer greater than or equal to 1, or 'auto'")
 
 
-class RunSeeds(Settings):
-    """A run's own seeds, overriding the top level's (e.g. CN-DPM's 10 runs)."""
+class RunKeys(Settings):
+    """A run block's own keys (`runs.<name>`); the rest of the block are its method's settings. The buffer's type
+    follows the method (gcl.methods.base.buffer_field: a positive integer, or 'none' for a method without one)."""
 
-    seeds: Seeds = Field(description="seeds this run is repeated over (distinct, >= 0)")
+    benchmark: str = Field(description="a key of benchmarks")
+    method: str = Field(description="a key of methods")
+    buffer: int | Literal["none"] = Field(description="samples kept in the method's buffer, or none")
+    epochs: int | None = Field(None, gt=0, description="passes over each task for this run, overriding its "
+                               "benchmark's epochs")
+    width: int | None = Field(None, gt=0, description="the backbone's width for this run, overriding its "
+                              "benchmark's width")
+    seeds: Seeds | None = Field(None, description="seeds this run is repeated over instead of the top level's "
+                                "(distinct, >= 0)")
+
+
+@functools.cache
+def run_block(method_cls) -> type[Settings]:
+    """The declaration of a run block of method `method_cls`: RunKeys, with the method's buffer, and its Settings."""
+    buffer = method_cls.Run.model_fields["buffer"]
+    return derived_model(f"{method_cls.__name__}RunBlock", __name__, (method_cls.Settings, RunKeys),
+                         f"A run block of {method_cls.name}.", buffer=(buffer.annotation, buffer))
 
 
 def load_params(path: str | Path = "params.yaml") -> dict:
@@ -95,56 +113,19 @@ def resolve_runtime(params: dict) -> dict:
     return {"workers": top.workers, "threads": top.threads, "checkpoint_minutes": top.checkpoint_minutes, "mps": top.mps}
 
 
-def _check_stage(path: Path) -> str:
-    """The check@ stage that writes the resolved file `path`."""
-    return "check@data" if "data" in path.parts else "check@runs"
-
-
-def read_resolved(path: Path) -> dict:
-    """A file that a check@ stage wrote, or an error saying how to make it."""
-    if not path.exists():
-        raise ParamsError(f"{path} does not exist: run `dvc repro {_check_stage(path)}` (it validates params.yaml "
-                          "and writes it)")
-    return json.loads(path.read_text())
-
-
-def _flat(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) and value else {f"{prefix}{key}": value})
-    return out
-
-
-def read_current(path: Path, current: dict, block: str, stage: str) -> dict:
-    """The file a check@ stage wrote for `stage`, refused when it no longer says what params.yaml says now
-    (`current`: the stage's settings resolved from params.yaml just now; `block`: where they are, for the
-    message), as after `dvc repro -s <stage>` following an edit, which skips the check@ stage that resolves
-    it. So a stage never runs on settings params.yaml no longer has."""
-    resolved = read_resolved(path)
-    now = _flat(json.loads(json.dumps(current)))          # as the file stores it (tuples as lists)
-    then = _flat({k: v for k, v in resolved.items() if k in current})
-    changed = sorted(k.removeprefix("run.") for k in now.keys() | then.keys() if now.get(k, ...) != then.get(k, ...))
-    if changed:
-        check = _check_stage(path)
-        shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
-        raise ParamsError(f"{block}: {shown} changed in params.yaml since {check} resolved the settings this "
-                          f"stage reads ({path}): run `dvc repro {stage}` (without -s: {check} runs first), or "
-                          f"`dvc repro {check}` and then this stage")
-    return resolved
-
-
 # ---------------------------------------------------------------------------- data
 
-def resolve_source(params: dict, name: str) -> dict:
+def resolve_source(params: dict, name: str) -> Settings:
+    """Source `name`'s settings, validated (its registered Settings)."""
     from gcl.data.sources import SOURCES
     if name not in SOURCES:
         raise ParamsError(f"sources.{name}: unknown data source; known sources: {sorted(SOURCES)}")
-    return validate(SOURCES[name].Settings, params["sources"][name], f"sources.{name}").model_dump()
+    return validate(SOURCES[name].Settings, params["sources"][name], f"sources.{name}")
 
 
-def resolve_benchmark(params: dict, name: str) -> dict[str, dict]:
-    """The benchmark's settings split into groups: data, training, runtime, display (gcl.data.benchmarks)."""
-    from gcl.data.benchmarks import KINDS, MOVED_FIELDS, groups
+def benchmark_settings(params: dict, name: str):
+    """Benchmark `name`'s block, validated as its kind's settings (gcl.data.benchmark_registry)."""
+    from gcl.data.benchmarks import KINDS, MOVED_FIELDS
     block, where = params["benchmarks"].get(name), f"benchmarks.{name}"
     if block is None:
         raise ParamsError(f"{where} does not exist; defined benchmarks: {sorted(params['benchmarks'])}")
@@ -157,17 +138,24 @@ def resolve_benchmark(params: dict, name: str) -> dict[str, dict]:
         if key in block:
             raise ParamsError(f"{where}.{key}: this setting has moved to {home.format(name=name)} (a benchmark's block "
                               "holds only what its data and training depend on)")
-    settings = validate(KINDS[kind].Settings, block, where)
+    settings = validate(KINDS[kind], block, where)
     if settings.source not in params["sources"]:
         raise ParamsError(f"{where}.source: {settings.source!r} is not listed under sources ({sorted(params['sources'])})")
-    return groups(settings)
+    return settings
+
+
+def resolve_benchmark(params: dict, name: str) -> dict[str, Settings]:
+    """The benchmark's settings by group: {"data": what benchmark@ builds from, "training": what runs read}."""
+    settings = benchmark_settings(params, name)
+    return {"data": settings.data(), "training": settings.training()}
 
 
 def check_data(params: dict) -> dict[str, dict]:
-    """Every source and benchmark, resolved: {"sources": {name: settings}, "benchmarks": {name: groups}}."""
+    """Every source and benchmark, resolved, as check@data writes them (JSON): {"sources": {name: settings},
+    "benchmarks": {name: {"data": ..., "training": ...}}}."""
     check_top(params)
-    return {"sources": {n: resolve_source(params, n) for n in params["sources"]},
-            "benchmarks": {n: resolve_benchmark(params, n) for n in params["benchmarks"]}}
+    return {"sources": {n: resolve_source(params, n).model_dump(mode="json") for n in params["sources"]},
+            "benchmarks": {n: to_jsonable_python(resolve_benchmark(params, n)) for n in params["benchmarks"]}}
 
 
 # ---------------------------------------------------------------------------- runs
@@ -185,20 +173,32 @@ def algorithm_of(params: dict, method: str) -> str:
     return algorithm
 
 
-def resolve_run(params: dict, key: str, top: TopLevel | None = None) -> dict:
-    """One run, fully resolved: {"run": flat settings (benchmark, method, buffer, algorithm, the method's
-    settings), "benchmark": the benchmark's training settings (epochs possibly overridden by the run),
-    "seeds", "device"}. Method settings come from the class defaults, then `methods.<method>`, then the run.
-    `top`: the validated top level, when the caller has it already."""
-    from gcl.data.benchmarks import KINDS
+def method_block(params: dict, method: str):
+    """`methods.<method>`: (the registered class behind it, the settings it gives its runs, without `algorithm`),
+    its keys checked against the class's Settings."""
     from gcl.methods import METHODS
+    cls = METHODS[algorithm_of(params, method)]
+    shared = {k: v for k, v in (params["methods"][method] or {}).items() if k != "algorithm"}
+    unknown = sorted(set(shared) - set(cls.Settings.model_fields))
+    if unknown:
+        raise ParamsError(f"methods.{method} has unknown key(s) {unknown}; {cls.name!r} accepts: "
+                          f"{sorted(cls.Settings.model_fields)} and 'algorithm'")
+    return cls, shared
+
+
+def resolve_run(params: dict, key: str, top: TopLevel | None = None):
+    """One run, fully resolved (gcl.training.spec.ResolvedRun): its flat settings (benchmark, method, buffer,
+    algorithm, the method's settings), its benchmark's training settings (epochs and width possibly set by the
+    run) and data settings, its seeds and device. Method settings come from the class defaults, then
+    `methods.<method>`, then the run. `top`: the validated top level, when the caller has it already."""
+    from gcl.training.spec import ResolvedRun
     runs = params["runs"]
     if key not in runs:
         raise ParamsError(f"runs.{key} does not exist; defined runs: {sorted(runs)}")
     run, where = runs[key], f"runs.{key}"
     if not isinstance(run, dict):
         raise ParamsError(f"{where} must be a mapping, got {run!r}")
-    for k in ("benchmark", "method", "buffer"):
+    for k in ("benchmark", "method"):       # what picks the declarations below
         if k not in run:
             raise ParamsError(f"{where} lacks the key {k!r}")
     method, bench_name = run["method"], run["benchmark"]
@@ -207,72 +207,55 @@ def resolve_run(params: dict, key: str, top: TopLevel | None = None) -> dict:
     if method not in params["methods"]:
         raise ParamsError(f"{where}.method: {method!r} has no block under methods; defined: "
                           f"{sorted(params['methods'])} (a registered method needs `methods.{method}: {{}}`)")
-    algorithm = algorithm_of(params, method)
-    cls = METHODS[algorithm]
-    shared = {k: v for k, v in (params["methods"][method] or {}).items() if k != "algorithm"}
+    cls, shared = method_block(params, method)
     try:
-        settings = validate(cls.Settings, {**shared, **{k: v for k, v in run.items() if k not in RUN_KEYS}}, where)
+        block = validate(run_block(cls), {**shared, **run}, where)
     except ParamsError as exc:
-        raise ParamsError(f"{exc}\n(method {method!r} is {algorithm!r}; `python -m gcl.describe {algorithm}` "
+        raise ParamsError(f"{exc}\n(method {method!r} is {cls.name!r}; `python -m gcl.describe {cls.name}` "
                           "lists its settings)") from None
-    buffer = run["buffer"]
-    if cls.uses_buffer:
-        if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer <= 0:
-            raise ParamsError(f"{where}.buffer must be a positive integer for method {method!r}, got {buffer!r}")
-    elif buffer != "none":
-        raise ParamsError(f"{where}.buffer must be 'none': method {method!r} keeps no buffer (got {buffer!r})")
-    groups = resolve_benchmark(params, bench_name)
-    training = groups["training"]
-    for setting in RUN_OVERRIDES:
-        if setting in run:
-            value = run[setting]
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ParamsError(f"{where}.{setting} must be a positive integer (it overrides benchmarks.{bench_name}."
-                                  f"{setting}), got {value!r}")
-            training[setting] = value
-    if cls.needs_boundaries and not KINDS[training["kind"]].has_tasks:
-        raise ParamsError(f"{where}: method {method!r} ({algorithm}) needs task boundaries, and benchmark {bench_name!r} "
+    benchmark = benchmark_settings(params, bench_name)
+    if cls.needs_boundaries and not benchmark.has_tasks:
+        raise ParamsError(f"{where}: method {method!r} ({cls.name}) needs task boundaries, and benchmark {bench_name!r} "
                           "has none (general continual: no method is ever told where a task ends); drop this run")
-    flat = {"benchmark": bench_name, "method": method, "buffer": buffer, "algorithm": algorithm,
-            **settings.model_dump()}
+    overrides = {"epochs": block.epochs, "width": block.width}    # the run's own, over the benchmark's
+    training = benchmark.training().model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    settings = cls.Run.model_validate({**block.model_dump(exclude=set(overrides) | {"seeds"}), "algorithm": cls.name})
     top = top or check_top(params)
-    seeds = validate(RunSeeds, {"seeds": run["seeds"]}, where).seeds if "seeds" in run else top.seeds
-    return {"key": key, "run": flat, "benchmark": training, "data": groups["data"], "seeds": seeds,
-            "device": top.device}
+    return ResolvedRun(key=key, run=settings, benchmark=training, data=benchmark.data(),
+                       seeds=block.seeds if block.seeds is not None else top.seeds, device=top.device)
 
 
-def resolve_report(params: dict, runs: dict[str, dict] | None = None) -> dict:
-    """What the report reads: the runs (flat), the benchmarks' display settings, seeds, the methods' registered
-    display defaults (algorithm, and a class's optional `label` / `paper_row`), the runs' caveats (Method.caveat)
-    and the report block.
+def resolve_report(params: dict, runs: dict | None = None) -> dict:
+    """What the report reads (JSON, resolved/runs/report.json): the runs (flat), the benchmarks' display settings,
+    seeds, the methods' registered display defaults (algorithm, and a class's `label` / `paper_row`), the runs'
+    caveats (Method.caveat) and the report block.
     `runs`: the runs as resolve_run gives them, when the caller has resolved them already."""
-    from gcl.data.benchmarks import KINDS
     from gcl.methods import METHODS
     report = validate(ReportSettings, params.get("report"), "report")
     if runs is None:
         top = check_top(params)
         runs = {key: resolve_run(params, key, top) for key in params["runs"]}
-    runs = {key: spec["run"] for key, spec in runs.items()}
+    runs = {key: spec.run for key, spec in runs.items()}
     benchmarks = {}
     for name in params["benchmarks"]:
-        g = resolve_benchmark(params, name)
+        settings = benchmark_settings(params, name)
         shown = report.benchmarks.get(name)
-        benchmarks[name] = {"label": shown.label if shown else "", "source": g["data"]["source"],
-                            "kind": g["data"]["kind"], "has_tasks": KINDS[g["data"]["kind"]].has_tasks}
+        benchmarks[name] = {"label": shown.label if shown else "", "source": settings.source,
+                            "kind": settings.kind, "has_tasks": settings.has_tasks}
     methods = {}
     for name in params["methods"]:
         cls = METHODS[algorithm_of(params, name)]
-        methods[name] = {"algorithm": cls.name, "label": getattr(cls, "label", None),
-                         "paper_row": getattr(cls, "paper_row", None)}
-    cells = {(r["benchmark"], f"{r['method']}/{r['buffer']}") for r in runs.values()}
+        methods[name] = {"algorithm": cls.name, "label": cls.label, "paper_row": cls.paper_row}
+    cells = {(run.benchmark, f"{run.method}/{run.buffer}") for run in runs.values()}
     if report.visualise:
         missing = [c for c in report.visualise.cells if (report.visualise.benchmark, c) not in cells]
         if missing:
             raise ParamsError(f"report.visualise.cells: {missing} are not runs on {report.visualise.benchmark!r}; "
                               f"use 'method/buffer' of a run on that benchmark")
     # what a run measures where its settings make it something else than its method's name says (a table note)
-    caveats = {key: text for key, run in runs.items() if (text := METHODS[run["algorithm"]].caveat(run))}
-    return {"seeds": params["seeds"], "benchmarks": benchmarks, "methods": methods, "runs": runs,
+    caveats = {key: text for key, run in runs.items() if (text := METHODS[run.algorithm].caveat(run))}
+    return {"seeds": params["seeds"], "benchmarks": benchmarks, "methods": methods,
+            "runs": {key: run.model_dump(mode="json") for key, run in runs.items()},
             "caveats": caveats, "report": report.model_dump()}
 
 
@@ -290,22 +273,17 @@ def check_reproductions(params: dict) -> dict:
 
 
 def check_runs(params: dict) -> dict:
-    """Every run and the report, resolved; two runs writing one folder are refused."""
-    from gcl.methods import METHODS
+    """Every run and the report, resolved, as check@runs writes them (JSON): {"runs": {key: run}, "report": ...};
+    two runs writing one folder are refused."""
     top = check_top(params)
-    for name, block in params["methods"].items():
-        algorithm = algorithm_of(params, name)
-        shared = {k: v for k, v in (block or {}).items() if k != "algorithm"}
-        unknown = sorted(set(shared) - set(METHODS[algorithm].Settings.model_fields))
-        if unknown:
-            raise ParamsError(f"methods.{name} has unknown key(s) {unknown}; {algorithm!r} accepts: "
-                              f"{sorted(METHODS[algorithm].Settings.model_fields)} and 'algorithm'")
+    for name in params["methods"]:
+        method_block(params, name)        # every method block, used by a run or not
     runs, folders = {}, {}
     for key in params["runs"]:
         runs[key] = resolve_run(params, key, top)
-        folder = str(run_dir(runs[key]["run"]))
+        folder = str(run_dir(runs[key].run))
         if folder in folders:
             raise ParamsError(f"runs.{key} and runs.{folders[folder]} both write {folder}: "
                               "give one of them another benchmark, method or buffer")
         folders[folder] = key
-    return {"runs": runs, "report": resolve_report(params, runs)}
+    return {"runs": {key: spec.to_json() for key, spec in runs.items()}, "report": resolve_report(params, runs)}

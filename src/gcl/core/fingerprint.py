@@ -1,11 +1,15 @@
-"""The resume fingerprint: a finished seed is reused only if everything its result depends on is unchanged."""
+"""Digests of code and data, and the resume fingerprint: a finished seed (or a checkpoint) is reused only if
+everything its result depends on is unchanged: its settings, its benchmark file and the code train stages run
+(gcl.core.layout.TRAIN_CODE, the same scope as the train stages' own code digest)."""
 from __future__ import annotations
 
 import hashlib
 import json
 from pathlib import Path
 
-LIBRARY = Path(__file__).parents[1]   # the whole gcl package
+from gcl.core import layout
+
+LIBRARY = Path(__file__).parents[1]   # the whole gcl package (what a warm stage process has imported: gcl.warm)
 
 
 def file_digest(path: str | Path, chunk: int = 1 << 22) -> str:
@@ -34,23 +38,24 @@ def tree_digest(paths, root: str | Path = ".") -> str:
     return h.hexdigest()
 
 
-def train_code_digest(stage_script: str | Path) -> str:
-    """The digest of the code train stages run (gcl.core.layout.TRAIN_CODE), in the project whose stages/ folder
-    holds `stage_script`: what check@runs writes into every run's settings and train@ checks."""
-    from gcl.core.layout import TRAIN_CODE
-    return tree_digest(TRAIN_CODE, Path(stage_script).resolve().parents[1])
+def train_code_digest(stage_script: str | Path | None = None) -> str:
+    """The digest of the code train stages run (gcl.core.layout.TRAIN_CODE): in the project whose stages/ folder
+    holds `stage_script` (what check@runs writes into every run's settings and train@ checks), or, without one,
+    in the project that holds this library (what the resume fingerprint hashes)."""
+    root = Path(stage_script).resolve().parents[1] if stage_script is not None else layout.PROJECT
+    return tree_digest(layout.TRAIN_CODE, root)
 
 
 def library_digest() -> str:
-    """The bytes of the library's code, file by file."""
+    """The bytes of the whole library's code, file by file (a warm stage process serves only this code)."""
     return tree_digest(["."], LIBRARY)
 
 
 def fingerprint(*parts, files: tuple[str | Path, ...] = ()) -> str:
-    """Hash of the settings `parts`, of the bytes of `files` (the benchmark the run trains on) and of the
-    library's source code."""
+    """Hash of the settings `parts` (JSON values), of the bytes of `files` and of the code train stages run
+    (train_code_digest): an edit elsewhere, such as the report's, keeps every seed's progress."""
     h = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode())
     for path in files:
         h.update(file_digest(path).encode())
-    h.update(library_digest().encode())
+    h.update(train_code_digest().encode())
     return h.hexdigest()[:16]

@@ -10,15 +10,20 @@
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 RESOLVED = Path("resolved")
 
-# The code a train stage runs (relative to the project root). check@runs depends on it and writes its digest
-# into every resolved/runs/<run>.json, so that a train stage depends on two files (its settings with that
-# digest, and its benchmark) instead of on each of these: a short dvc.lock, which DVC re-reads and rewrites
-# after every stage. A code change re-runs check@runs, which changes every run's settings file.
+# The code a train stage runs (relative to the project root): the one scope of "the code a run's numbers depend
+# on" (gcl.core.fingerprint.train_code_digest). check@runs depends on it and writes its digest into every
+# resolved/runs/<run>.json, so that a train stage depends on two files (its settings with that digest, and its
+# benchmark) instead of on each of these: a short dvc.lock, which DVC re-reads and rewrites after every stage.
+# A code change re-runs check@runs, which changes every run's settings file. The resume fingerprint of a seed
+# hashes the same code, so that an edit outside it (the report, say) keeps in-progress checkpoints.
+# dvc.yaml's check stages list the same paths as dependencies.
 TRAIN_CODE = ("stages/train.py", "src/gcl/core", "src/gcl/training", "src/gcl/data", "src/gcl/methods")
+PROJECT = Path(__file__).resolve().parents[3]     # the project whose src/ holds this package (TRAIN_CODE's root)
 
 
 def resolved_source(name: str) -> Path:
@@ -45,11 +50,14 @@ def benchmark_file(name: str) -> Path:
     return Path("data", "benchmarks", name, "benchmark.pt")
 
 
-def run_dir(run: dict) -> Path:
-    """A run's folder, from its flat settings (benchmark, method, buffer)."""
-    return Path("runs") / run["benchmark"] / run["method"] / str(run["buffer"])
+def run_dir(run) -> Path:
+    """A run's folder, from its flat settings (benchmark, method, buffer): a resolved run's typed `run`
+    (gcl.methods.base.RunSettings), or their JSON form (as the report reads them from report.json)."""
+    if isinstance(run, Mapping):
+        return Path("runs") / run["benchmark"] / run["method"] / str(run["buffer"])
+    return Path("runs") / run.benchmark / run.method / str(run.buffer)
 
 
-def run_log(run: dict) -> Path:
+def run_log(run) -> Path:
     """A run's log: its progress lines, beside its results."""
     return run_dir(run) / "train.log"

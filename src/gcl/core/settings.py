@@ -9,10 +9,11 @@ resolved configuration stored with the results, and generates the settings refer
 from __future__ import annotations
 
 import re
+import sys
 import types
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from gcl.core.errors import UserError
 
@@ -27,16 +28,27 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 
 
+def derived_model(name: str, module: str, base: type[BaseModel] | tuple[type[BaseModel], ...], doc: str,
+                  **fields) -> type[BaseModel]:
+    """A model made from declarations (pydantic's create_model): `base` with `fields` ({name: (type, Field)}),
+    defined as `module.name`, so that its instances pickle (a worker process gets them) as a written class's do."""
+    model = create_model(name, __base__=base, __module__=module, __doc__=doc, **fields)
+    setattr(sys.modules[module], name, model)
+    return model
+
+
 def _is_union(annotation) -> bool:
     return get_origin(annotation) in (Union, types.UnionType)   # Optional[X], Union[X, Y] and X | Y
 
 
 def type_in_words(annotation, arm: bool = False) -> str:
     """A field's type as a reader of params.yaml would say it: `int > 0`'s int, "one of 'a', 'b'", and a union's
-    arms joined by "or" (a one-value Literal arm as the value itself: "int or 'auto'")."""
+    arms joined by "or" (a one-value Literal as the value itself: "int or 'auto'")."""
+    if get_origin(annotation) is Annotated:
+        return type_in_words(get_args(annotation)[0], arm)
     if get_origin(annotation) is Literal:
         values = get_args(annotation)
-        return repr(values[0]) if arm and len(values) == 1 else "one of " + ", ".join(repr(v) for v in values)
+        return repr(values[0]) if len(values) == 1 else "one of " + ", ".join(repr(v) for v in values)
     if _is_union(annotation):
         return " or ".join(type_in_words(a, arm=True) for a in get_args(annotation))
     if annotation is type(None):
@@ -50,13 +62,17 @@ def accepted(model: type[BaseModel], field: str) -> str:
     info = model.model_fields.get(field)
     if info is None:
         return ""
-    kind = type_in_words(info.annotation)
     bounds = []
     for m in info.metadata:
         for attr, sym in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
             if getattr(m, attr, None) is not None:
                 bounds.append(f"{sym} {getattr(m, attr)}")
-    text = kind + (f" {' and '.join(bounds)}" if bounds else "")
+    arms = get_args(info.annotation) if _is_union(info.annotation) else ()
+    if bounds and type(None) in arms:     # the bounds bind the value, not None: "int > 0 or None"
+        others = [a for a in arms if a is not type(None)]
+        text = f"{' or '.join(type_in_words(a, arm=True) for a in others)} {' and '.join(bounds)} or None"
+    else:
+        text = type_in_words(info.annotation) + (f" {' and '.join(bounds)}" if bounds else "")
     return f"{text}: {info.description}" if info.description else text
 
 

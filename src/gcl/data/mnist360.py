@@ -13,15 +13,21 @@ Stream (docs/protocol.md):
 
 Each image of a chunk is drawn once, in a seeded random order ("without-replacement", the default);
 "with-replacement" reproduces mammoth's loader, which draws a random image of the chunk every time.
+
+The kind `mnist-360` (class Mnist360, at the end) declares the settings of such a benchmark.
 """
 from __future__ import annotations
+
+from typing import Literal
 
 import numpy as np
 import torch
 
+from gcl.data.benchmark_registry import (BenchmarkData, BenchmarkSettings, data_setting, register_kind,
+                                         training_setting)
 from gcl.data.split import split_per_class
 from gcl.data.stream import Stream
-from gcl.data.transforms import rotate
+from gcl.data.transforms import rotate, to_unit_float
 
 N_CLASSES = 9
 N_ROUNDS = 3
@@ -65,13 +71,13 @@ def test_angle(i: np.ndarray, n_test_j: int) -> np.ndarray:
     return np.mod(i * 360.0 / n_test_j, 360.0)
 
 
-def build_benchmark(source: dict, cfg: dict | None = None) -> dict:
+def build_benchmark(source: dict, data: Mnist360.Data) -> BenchmarkData:
     """Group the source's digits 0-8 by class and pre-rotate the evaluation sweep.
 
-    With `validation_fraction` > 0 in `cfg` the last part of each class's training images becomes the
-    evaluation set (rotated as the test sweep) and the real test set is left out altogether.
+    With `validation_fraction` > 0 the last part of each class's training images becomes the evaluation set
+    (rotated as the test sweep) and the real test set is left out altogether.
     """
-    validation_fraction = float((cfg or {}).get("validation_fraction", 0.0))
+    validation_fraction = data.validation_fraction
     train_x, train_y = source["train_x"], source["train_y"]
     per_class_train, eval_x, eval_y = [], [], []
     for j, (kept, held_idx) in enumerate(split_per_class(train_y, N_CLASSES, validation_fraction)):
@@ -102,8 +108,7 @@ def build_benchmark(source: dict, cfg: dict | None = None) -> dict:
     }
 
 
-def build_stream(bench: dict, batch_size: int, generator: torch.Generator,
-                 draw: str = "without-replacement") -> Stream:
+def build_stream(bench: BenchmarkData, batch_size: int, generator: torch.Generator, draw: str) -> Stream:
     """Precompute the whole stream (order, angles, batches) and rotate every drawn image in one call."""
     if draw not in DRAW_MODES:
         raise ValueError(f"mnist-360 draw mode {draw!r} is not one of {DRAW_MODES}")
@@ -139,3 +144,26 @@ def build_stream(bench: dict, batch_size: int, generator: torch.Generator,
     return Stream(images=images, labels=bench["train_y"][pool_idx_t],
                   order=torch.arange(len(pool_idx_t)), bounds=bounds,
                   eval_after=eval_after, task_ends=[], origin=pool_idx_t)
+
+
+@register_kind
+class Mnist360(BenchmarkSettings):
+    """MNIST-360: digits 0-8 turning through 360 degrees in pairs, a single stream without tasks."""
+
+    has_tasks = False
+    kind: Literal["mnist-360"] = data_setting()
+    draw: Literal[DRAW_MODES] = training_setting(
+        "without-replacement", description="each chunk image drawn once, or with replacement as the reference loader")
+
+    @staticmethod
+    def build(source: dict, data: Mnist360.Data) -> BenchmarkData:
+        return build_benchmark(source, data)
+
+    @staticmethod
+    def stream(bench: BenchmarkData, training: Mnist360.Training, epochs: int, batch: int,
+               generator: torch.Generator) -> Stream:
+        return build_stream(bench, batch, generator, training.draw)    # one pass: the stream is its 27 segments
+
+    @staticmethod
+    def transforms(bench: BenchmarkData, training: Mnist360.Training):
+        return to_unit_float, to_unit_float       # no augmentation, no normalisation

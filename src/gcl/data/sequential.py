@@ -6,23 +6,27 @@ training images, in batches of the run's batch size (the last batch of a pass is
 batch does not divide the task, as mammoth's loader does). The evaluator scores every task's test
 set after the last step of each task, and reads each test sample's task from `test_group`.
 
-Settings under `benchmarks.<name>`: n_tasks, classes_per_task (required), validation_fraction
-(the last part of each class's training images, in source order, becomes the evaluation set and the
-real test set is left out), augment (random crop with padding 4 + flip, default true), normalize (false:
-pixels stay in [0, 1] even when the source has a mean/std; default true) and class_order (the name of an
-order in class_orders.py: tasks take consecutive groups of that order, and labels are renumbered so that
-task t still holds [t * c, (t + 1) * c), the class names following their classes).
+Settings under `benchmarks.<name>` (the kind `sequential`, class Sequential at the end): n_tasks,
+classes_per_task (required), validation_fraction (the last part of each class's training images, in source
+order, becomes the evaluation set and the real test set is left out), augment (random crop with padding 4 +
+flip, default true), normalize (false: pixels stay in [0, 1] even when the source has a mean/std; default true)
+and class_order (the name of an order in class_orders.py: tasks take consecutive groups of that order, and
+labels are renumbered so that task t still holds [t * c, (t + 1) * c), the class names following their classes).
 """
 from __future__ import annotations
+
+from typing import Literal
 
 import numpy as np
 import torch
 
+from gcl.core.errors import UserError
 from gcl.data.augment import Normalize, TrainAugment
+from gcl.data.benchmark_registry import (BenchmarkData, BenchmarkSettings, data_setting, register_kind,
+                                         training_setting)
 from gcl.data.class_orders import CLASS_ORDERS
 from gcl.data.split import split_per_class
 from gcl.data.stream import Stream
-from gcl.core.errors import UserError
 
 CROP_PADDING = 4
 
@@ -31,25 +35,18 @@ class SequentialConfigError(UserError, ValueError):
     """A sequential benchmark's settings do not fit its source."""
 
 
-def _positive_int(cfg: dict, key: str) -> int:
-    value = cfg.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise SequentialConfigError(f"a sequential benchmark needs a positive integer {key!r}, got {value!r}")
-    return value
-
-
-def build_benchmark(source: dict, cfg: dict) -> dict:
+def build_benchmark(source: dict, data: Sequential.Data) -> BenchmarkData:
     """Keep the first n_tasks * classes_per_task classes, group the training images by class, and tag
     every evaluation image with its task."""
-    n_tasks, per_task = _positive_int(cfg, "n_tasks"), _positive_int(cfg, "classes_per_task")
+    n_tasks, per_task = data.n_tasks, data.classes_per_task
     n_classes = n_tasks * per_task
     names = list(source.get("classes") or range(int(source["train_y"].max()) + 1))
     if n_classes > len(names):
         raise SequentialConfigError(f"{n_tasks} tasks x {per_task} classes need {n_classes} classes; the source "
-                                    f"{cfg.get('source')!r} has {len(names)}")
-    fraction = float(cfg.get("validation_fraction", 0.0))
+                                    f"{data.source!r} has {len(names)}")
+    fraction = data.validation_fraction
     train_x, train_y, test_y = source["train_x"], source["train_y"], source["test_y"]
-    class_order = _class_order(cfg.get("class_order"), len(names))
+    class_order = _class_order(data.class_order, len(names))
     if class_order is not None:   # renumber: source class class_order[j] becomes label j; names follow their classes
         rank = torch.empty(len(class_order), dtype=torch.long)
         rank[torch.tensor(class_order)] = torch.arange(len(class_order))
@@ -72,7 +69,7 @@ def build_benchmark(source: dict, cfg: dict) -> dict:
         raise SequentialConfigError(f"classes {missing} have no evaluation images")
     order = torch.cat(train_idx)
     labels = train_y[order]
-    mean, std = (source.get("mean"), source.get("std")) if cfg.get("normalize", True) else (None, None)
+    mean, std = (source.get("mean"), source.get("std")) if data.normalize else (None, None)
     return {
         "kind": "sequential",
         "n_classes": n_classes,
@@ -110,9 +107,8 @@ def _class_order(name, n_source_classes: int) -> tuple[int, ...] | None:
     return order
 
 
-def build_stream(bench: dict, cfg: dict, batch_size: int, generator: torch.Generator) -> Stream:
+def build_stream(bench: BenchmarkData, epochs: int, batch_size: int, generator: torch.Generator) -> Stream:
     """Task by task, `epochs` seeded permutations of the task's images, cut into batches."""
-    epochs = int(cfg["epochs"])
     if batch_size <= 0 or epochs <= 0:
         raise SequentialConfigError(f"batch ({batch_size}) and epochs ({epochs}) must be positive")
     task_of = bench["train_task"].numpy()
@@ -134,8 +130,35 @@ def build_stream(bench: dict, cfg: dict, batch_size: int, generator: torch.Gener
                                 for t in range(bench["n_tasks"])])
 
 
-def transforms(bench: dict, cfg: dict):
-    """(train, test) maps from uint8 batches to network inputs; train augments unless `cfg` switches it off."""
+def transforms(bench: BenchmarkData, augment: bool):
+    """(train, test) maps from uint8 batches to network inputs; train augments (random crop and flip) if `augment`."""
     normalize = Normalize(bench["mean"], bench["std"])
-    train = TrainAugment(normalize, bench["crop_padding"]) if cfg.get("augment", True) else normalize
+    train = TrainAugment(normalize, bench["crop_padding"]) if augment else normalize
     return train, normalize
+
+
+@register_kind
+class Sequential(BenchmarkSettings):
+    """Class-incremental tasks of consecutive labels (seq-mnist, seq-cifar10/100, seq-tinyimg)."""
+
+    has_tasks = True
+    kind: Literal["sequential"] = data_setting()
+    n_tasks: int = data_setting(gt=0, description="tasks, shown one after the other")
+    classes_per_task: int = data_setting(gt=0, description="classes of each task, in the source's label order")
+    augment: bool = training_setting(True, description="random crop (padding 4) and horizontal flip of training images")
+    normalize: bool = data_setting(True, description="normalise by the source's mean/std (false: pixels stay in [0, 1])")
+    class_order: Literal[tuple(CLASS_ORDERS)] | None = data_setting(
+        None, description="a named class order (tasks take consecutive groups of it); none: label order")
+
+    @staticmethod
+    def build(source: dict, data: Sequential.Data) -> BenchmarkData:
+        return build_benchmark(source, data)
+
+    @staticmethod
+    def stream(bench: BenchmarkData, training: Sequential.Training, epochs: int, batch: int,
+               generator: torch.Generator) -> Stream:
+        return build_stream(bench, epochs, batch, generator)
+
+    @staticmethod
+    def transforms(bench: BenchmarkData, training: Sequential.Training):
+        return transforms(bench, training.augment)

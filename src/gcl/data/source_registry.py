@@ -24,7 +24,7 @@ class SourceSettings(Settings):
 
 @dataclass(frozen=True)
 class Source:
-    read: Callable[[dict, Path], dict]
+    read: Callable[[Settings, Path], dict]     # (its validated settings, the download folder) -> tensors
     Settings: type[Settings]
     summary: str
 
@@ -33,6 +33,8 @@ SOURCES: dict[str, Source] = {}
 
 
 def register_source(name: str, settings: type[Settings] = SourceSettings):
+    """Register the decorated reader `read(settings, download_dir) -> tensors` as source `name`, whose params.yaml
+    block `settings` declares (the reader gets it validated); its docstring's first line summarises it."""
     def wrap(fn):
         SOURCES[name] = Source(fn, settings, (fn.__doc__ or "").strip().splitlines()[0])
         return fn

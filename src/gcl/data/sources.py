@@ -13,27 +13,36 @@ from pathlib import Path
 import torch
 
 from gcl.core.atomic import save_tensors
+from gcl.core.settings import Settings, validate
 # the source modules register their sources on import
-from gcl.data import image_sources, mnist_sources, random_sources  # noqa: F401
+from gcl.data import cifar_sources, mnist_sources, random_sources, tinyimagenet_sources  # noqa: F401
 from gcl.data.source_registry import SOURCES, SourceError, SourceSettings, register_source  # noqa: F401  (the API)
-from gcl.core.settings import validate
 
 
-def read_source(name: str, cfg: dict | None, download_dir: str | Path | None = None) -> dict:
-    """Source `name`'s tensors, its settings `cfg` completed with their declared defaults."""
+def source_settings(name: str, settings: Settings | dict | None) -> Settings:
+    """Source `name`'s settings, typed: validated from its params.yaml block (a mapping, or None for an empty one),
+    or as they are when already validated."""
     if name not in SOURCES:
         raise SourceError(f"unknown data source {name!r}; known sources: {sorted(SOURCES)}")
-    settings = validate(SOURCES[name].Settings, cfg, f"sources.{name}").model_dump()
+    if isinstance(settings, SOURCES[name].Settings):
+        return settings
+    return validate(SOURCES[name].Settings, settings, f"sources.{name}")
+
+
+def read_source(name: str, settings: Settings | dict | None, download_dir: str | Path | None = None) -> dict:
+    """Source `name`'s tensors. `settings`: its block (source_settings); `download_dir` replaces its own where given
+    (a source without downloads ignores it)."""
+    settings = source_settings(name, settings)
     if download_dir is None:
-        download_dir = settings.get("download_dir", "data/downloads")
+        download_dir = settings.download_dir if isinstance(settings, SourceSettings) else SourceSettings().download_dir
     data = SOURCES[name].read(settings, Path(download_dir))
     _check_source_tensors(name, data)
     return data
 
 
-def prepare_source(name: str, cfg: dict | None, out_dir: str | Path) -> Path:
-    """Build source `name` with settings `cfg` and write `<out_dir>/data.pt` atomically."""
-    data = read_source(name, cfg)
+def prepare_source(name: str, settings: Settings | dict | None, out_dir: str | Path) -> Path:
+    """Build source `name` with `settings` (as read_source takes them) and write `<out_dir>/data.pt` atomically."""
+    data = read_source(name, settings)
     out = Path(out_dir) / "data.pt"
     save_tensors(out, data)
     return out

@@ -50,11 +50,11 @@ class AGEM(Method):
             self.sgd_step(loss)
         else:
             g = self._flat_grad(loss)
-            if self.cfg["reference_input"] == "raw":
-                buf_raw, buf_y = self.buffer.sample(self.cfg["replay_batch"], "examples", "labels")
+            if self.cfg.reference_input == "raw":
+                buf_raw, buf_y = self.buffer.sample(self.cfg.replay_batch, "examples", "labels")
                 buf_x = to_unit_float(buf_raw)
             else:
-                buf_x, buf_y = self.replay_batch(self.cfg["replay_batch"], "labels")
+                buf_x, buf_y = self.replay_batch(self.cfg.replay_batch, "labels")
             g_ref = self._flat_grad(F.cross_entropy(self.net(buf_x), buf_y))
             # write the projected gradient back into .grad, parameter by parameter, and step
             for p, gp in zip(self.params, torch.split(project(g, g_ref), [p.numel() for p in self.params])):

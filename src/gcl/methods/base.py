@@ -4,13 +4,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 import torch
 from pydantic import Field
 from torch import nn
 
-from gcl.core.settings import Settings
+from gcl.core.settings import Settings, derived_model
 from gcl.core.buffer import ReservoirBuffer
 
 
@@ -50,6 +50,23 @@ class ReplaySettings(MethodSettings):
     replay_batch: int = Field(gt=0, description="buffer samples replayed at each step")
 
 
+class RunSettings(Settings):
+    """What names a run: the first keys of a run's flat settings, which its method's settings follow (a method's
+    `Run`, which @register derives from the two; what the method reads as `self.cfg`)."""
+
+    benchmark: str = Field(description="a key of benchmarks: the benchmark the run trains on")
+    method: str = Field(description="a key of methods: the named configuration the tables show")
+    buffer: int | Literal["none"] = Field(description="samples kept in the method's buffer, or none")
+    algorithm: str = Field(description="the registered method that implements it")
+
+
+def buffer_field(uses_buffer: bool) -> tuple[Any, Any]:
+    """A run's `buffer` (type, field) for a method that keeps a buffer or not."""
+    if uses_buffer:
+        return Annotated[int, Field(gt=0)], Field(description="samples kept in the method's buffer")
+    return Literal["none"], Field(description="the method keeps no buffer")
+
+
 def weights_changed() -> None:
     """To be called after every in-place update of weights that a later forward pass in the same step reads.
     Autocast (bf16) casts a weight once per context and reuses that copy until the context exits, so without
@@ -63,14 +80,17 @@ class Method:
 
     General-continual methods see only `observe`; the loop calls `begin_task`/`end_task` only on
     methods whose `needs_boundaries` is True, and validation refuses such a method on a benchmark
-    without tasks. `Settings` declares what the method reads from its run block (`self.cfg` holds
-    the validated values plus `buffer`). `state_dict` / `load_state_dict` save and restore everything
+    without tasks. `Settings` declares what the method reads from its run block; `self.cfg` holds
+    them validated, with the run's benchmark, method, buffer and algorithm (the method's `Run`, which
+    @register derives). `state_dict` / `load_state_dict` save and restore everything
     the method carries across steps: the network, the buffer, and the attributes named in
     `state_attrs` (heads, Fisher, old network, ...), for checkpoints inside a seed.
     """
 
     name: ClassVar[str]
     summary: ClassVar[str] = ""          # one line for the settings reference
+    label: ClassVar[str | None] = None       # the report's name for its rows (None: its name; report.methods overrides)
+    paper_row: ClassVar[str | None] = None   # the paper's row its rows sit beside ('-': none; None: its name)
     needs_boundaries: ClassVar[bool] = False
     uses_buffer: ClassVar[bool] = False  # takes a buffer size (runs.<name>.buffer) ...
     reservoir: ClassVar[bool] = True     # ... and keeps it as the shared reservoir (False: a memory of its own)
@@ -79,20 +99,21 @@ class Method:
     # buffer is full), so the backbone may be compiled and its steps captured as CUDA graphs
     capturable: ClassVar[bool] = False
     Settings: ClassVar[type[MethodSettings]] = MethodSettings
+    Run: ClassVar[type[RunSettings]]     # RunSettings + Settings, the buffer typed by uses_buffer (@register)
     state_attrs: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, net: nn.Module, cfg: dict, ctx: MethodContext):
+    def __init__(self, net: nn.Module, cfg: RunSettings, ctx: MethodContext):
         self.net = net
-        self.cfg = cfg
+        self.cfg = cfg       # an instance of this method's Run
         self.ctx = ctx
         self.params = [p for p in net.parameters() if p.requires_grad]   # what an update moves; heads append
-        self.buffer = (ReservoirBuffer(cfg["buffer"], ctx.device, ctx.generator)
+        self.buffer = (ReservoirBuffer(cfg.buffer, ctx.device, ctx.generator)
                        if self.uses_buffer and self.reservoir else None)
 
     @classmethod
-    def caveat(cls, cfg: dict) -> str | None:
-        """What a run with these (flat, resolved) settings measures, where that is not what the method's name says;
-        the report prints it under the run's table. None for a run that is the method it names."""
+    def caveat(cls, cfg: RunSettings) -> str | None:
+        """What a run with these resolved settings (an instance of `Run`) measures, where that is not what the
+        method's name says; the report prints it under the run's table. None for a run that is the method it names."""
         return None
 
     def observe(self, x: torch.Tensor, y: torch.Tensor, x_raw: torch.Tensor) -> torch.Tensor:
@@ -113,7 +134,7 @@ class Method:
         its first construction imports torch._dynamo: ~1.8 s that every train stage would pay."""
         with_grad = [p for p in self.params if p.grad is not None]
         if with_grad:
-            torch._foreach_add_(with_grad, [p.grad for p in with_grad], alpha=-self.cfg["lr"])
+            torch._foreach_add_(with_grad, [p.grad for p in with_grad], alpha=-self.cfg.lr)
         weights_changed()
 
     def replay_batch(self, size: int, *names: str) -> tuple[torch.Tensor, ...]:
@@ -199,6 +220,16 @@ def _unpack(value, device: torch.device):
 METHODS: dict[str, type[Method]] = {}
 
 
+def run_model(cls: type[Method]) -> type[RunSettings]:
+    """The flat run settings of method `cls`: RunSettings (benchmark, method, buffer, algorithm) then its Settings,
+    the buffer a positive integer or 'none' as the method keeps one or not, the algorithm its name."""
+    return derived_model(f"{cls.__name__}Run", cls.__module__, (cls.Settings, RunSettings),
+                         f"A run of {cls.name}: its flat, resolved settings.",
+                         buffer=buffer_field(cls.uses_buffer), algorithm=(Literal[cls.name], Field(cls.name)))
+
+
 def register(cls: type[Method]) -> type[Method]:
+    """Register a method under its `name`, with its `Run` settings (run_model)."""
+    cls.Run = run_model(cls)
     METHODS[cls.name] = cls
     return cls

@@ -88,7 +88,7 @@ class CLSER(Method):
     Settings = CLSERSettings
     state_attrs = ("plastic", "stable", "global_step")
 
-    def __init__(self, net: nn.Module, cfg: dict, ctx: MethodContext):
+    def __init__(self, net: nn.Module, cfg: CLSERSettings, ctx: MethodContext):
         super().__init__(net, cfg, ctx)
         self.plastic = self._copy(net)
         self.stable = self._copy(net)
@@ -112,20 +112,20 @@ class CLSER(Method):
             target = memory_targets(self.stable(buf_x), self.plastic(buf_x), buf_y)
         consistency = F.mse_loss(self.net(buf_x), target)
         ce = F.cross_entropy(self.net(torch.cat([x, buf_x])), torch.cat([y, buf_y]))
-        return self.cfg["reg_weight"] * consistency + ce
+        return self.cfg.reg_weight * consistency + ce
 
     def observe(self, x, y, x_raw):
         replay = ()
         if not self.buffer.is_empty():
-            replay = self.replay_batch(self.cfg["replay_batch"], "labels")
+            replay = self.replay_batch(self.cfg.replay_batch, "labels")
         loss = self.sgd_step(self.loss(x, y, *replay))
         self.buffer.add(examples=x_raw, labels=y)
         self.global_step += 1
         plastic_draw, stable_draw = self._draws()
-        if plastic_draw < self.cfg["plastic_update_freq"]:
-            self.update_memory(self.plastic, self.cfg["plastic_alpha"])
-        if stable_draw < self.cfg["stable_update_freq"]:
-            self.update_memory(self.stable, self.cfg["stable_alpha"])
+        if plastic_draw < self.cfg.plastic_update_freq:
+            self.update_memory(self.plastic, self.cfg.plastic_alpha)
+        if stable_draw < self.cfg.stable_update_freq:
+            self.update_memory(self.stable, self.cfg.stable_alpha)
         return loss
 
     def _draws(self) -> tuple[float, float]:
@@ -145,7 +145,7 @@ class CLSER(Method):
     # ------------------------------------------------------------------ evaluation
 
     def evaluated(self) -> nn.Module:
-        return {"stable": self.stable, "plastic": self.plastic, "working": self.net}[self.cfg["evaluated_model"]]
+        return {"stable": self.stable, "plastic": self.plastic, "working": self.net}[self.cfg.evaluated_model]
 
     @contextmanager
     def _eval_mode(self, model: nn.Module):

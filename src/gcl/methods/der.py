@@ -53,11 +53,11 @@ class DER(Method):
         logits = self.net(x)
         replay = {}
         if not self.buffer.is_empty():
-            size = self.cfg["replay_batch"]
+            size = self.cfg.replay_batch
             # separate forward passes, as the reference does: with BatchNorm (the image backbones) a
             # concatenated batch would mix the stream's and the buffer's batch statistics
             buf_x, buf_logits = self.replay_batch(size, "logits")
-            replay.update(buf_out=self.net(buf_x), buf_logits=buf_logits, alpha=self.cfg["alpha"])
+            replay.update(buf_out=self.net(buf_x), buf_logits=buf_logits, alpha=self.cfg.alpha)
             if self.beta > 0:
                 buf_x2, buf_y2 = self.replay_batch(size, "labels")   # an independent draw
                 replay.update(buf_out2=self.net(buf_x2), buf_y2=buf_y2, beta=self.beta)
@@ -75,4 +75,4 @@ class DERpp(DER):
 
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)
-        self.beta = cfg["beta"]
+        self.beta = cfg.beta

@@ -16,7 +16,7 @@ class ER(Method):
     def observe(self, x, y, x_raw):
         inputs, labels = x, y
         if not self.buffer.is_empty():
-            buf_x, buf_y = self.replay_batch(self.cfg["replay_batch"], "labels")
+            buf_x, buf_y = self.replay_batch(self.cfg.replay_batch, "labels")
             inputs, labels = torch.cat([x, buf_x]), torch.cat([y, buf_y])
         loss = self.sgd_step(F.cross_entropy(self.net(inputs), labels))
         self.buffer.add(examples=x_raw, labels=y)

@@ -39,15 +39,15 @@ class ERACE(Method):
     state_attrs = ("seen",)
 
     @classmethod
-    def caveat(cls, cfg: dict) -> str | None:
-        if cfg["batch"] >= 2:
+    def caveat(cls, cfg: ReplaySettings) -> str | None:
+        if cfg.batch >= 2:
             return None
         return ("batch 1: once every class has been seen, a one-image stream batch's asymmetric cross-entropy runs "
                 "over that image's class alone, a zero loss with no gradient, so the row measures replay alone for "
                 "most of the stream (ER-ACE now refuses batch 1)")
 
-    def __init__(self, net, cfg: dict, ctx: MethodContext):
-        if cfg["batch"] < 2:
+    def __init__(self, net, cfg: ReplaySettings, ctx: MethodContext):
+        if cfg.batch < 2:
             # a refusal here, not in the settings: a committed reproduction that ran batch 1 must still be readable
             # (its tables say what those rows measure: `caveat`)
             raise UserError("er-ace: batch 1 is not ER-ACE: once every class has been seen, a one-image stream batch's "
@@ -62,7 +62,7 @@ class ERACE(Method):
         if self.buffer.is_empty():
             loss = F.cross_entropy(logits, y)
         else:
-            buf_x, buf_y = self.replay_batch(self.cfg["replay_batch"], "labels")
+            buf_x, buf_y = self.replay_batch(self.cfg.replay_batch, "labels")
             loss = (F.cross_entropy(asymmetric_logits(logits, y, self.seen), y)
                     + F.cross_entropy(self.net(buf_x), buf_y))
         loss = self.sgd_step(loss)

@@ -53,7 +53,7 @@ class FDR(Method):
         loss = self.sgd_step(F.cross_entropy(self.net(x), y))
         if self.mem_x is None:
             return loss
-        idx = torch.randperm(len(self.mem_x), generator=self.ctx.generator)[:self.cfg["replay_batch"]]
+        idx = torch.randperm(len(self.mem_x), generator=self.ctx.generator)[:self.cfg.replay_batch]
         idx = to_device(idx, self.mem_x.device)
         buf_x = self.ctx.train_transform(self.mem_x.index_select(0, idx))
         return self.sgd_step(function_distance(self.net(buf_x), self.mem_p.index_select(0, idx)))
@@ -61,9 +61,9 @@ class FDR(Method):
     @torch.no_grad()
     def end_task(self, task: TaskData) -> None:
         self.tasks_seen += 1
-        quota = self.cfg["buffer"] // self.tasks_seen
+        quota = self.cfg.buffer // self.tasks_seen
         if quota == 0:
-            raise ValueError(f"fdr: a buffer of {self.cfg['buffer']} leaves no image to each of {self.tasks_seen} tasks")
+            raise ValueError(f"fdr: a buffer of {self.cfg.buffer} leaves no image to each of {self.tasks_seen} tasks")
         keep_x, keep_p, keep_t = [], [], []
         if self.mem_x is not None:    # older tasks: the first `quota` of each
             for t in range(self.tasks_seen - 1):
@@ -73,7 +73,7 @@ class FDR(Method):
                 keep_t.append(self.mem_t[rows])
         pick = torch.randperm(len(task.y), generator=self.ctx.generator)[:quota].to(task.y.device)
         new_x = task.x_raw.index_select(0, pick)
-        chunk = self.cfg["batch"]
+        chunk = self.cfg.batch
         probs = torch.cat([F.softmax(self.net(self.ctx.train_transform(new_x[i:i + chunk])), dim=1)
                            for i in range(0, len(new_x), chunk)])
         keep_x.append(new_x)

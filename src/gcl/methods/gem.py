@@ -81,7 +81,7 @@ class GEM(Method):
         refs = []
         for mx, my in zip(torch.split(self.mem_x, self.mem_sizes), torch.split(self.mem_y, self.mem_sizes)):
             refs.append(self._flat_grad(F.cross_entropy(self.net(self.ctx.train_transform(mx)), my)))
-        g = project(g, torch.stack(refs), self.cfg["gamma"])
+        g = project(g, torch.stack(refs), self.cfg.gamma)
         for p, gp in zip(self.params, torch.split(g, [p.numel() for p in self.params])):
             p.grad = gp.view_as(p)
         self.apply_gradients()
@@ -89,9 +89,9 @@ class GEM(Method):
 
     def end_task(self, task: TaskData) -> None:
         n_tasks = self.ctx.n_classes // (task.classes[1] - task.classes[0])
-        quota = min(self.cfg["buffer"] // n_tasks, len(task.y))
+        quota = min(self.cfg.buffer // n_tasks, len(task.y))
         if quota == 0:
-            raise ValueError(f"gem: a buffer of {self.cfg['buffer']} gives no image to each of {n_tasks} tasks")
+            raise ValueError(f"gem: a buffer of {self.cfg.buffer} gives no image to each of {n_tasks} tasks")
         pick = torch.randperm(len(task.y), generator=self.ctx.generator)[:quota].to(task.y.device)
         new_x, new_y = task.x_raw.index_select(0, pick), task.y.index_select(0, pick)
         self.mem_x = new_x if self.mem_x is None else torch.cat([self.mem_x, new_x])

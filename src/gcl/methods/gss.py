@@ -164,9 +164,9 @@ class GSS(Method):
 
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)
-        self.buffer = GSSBuffer(cfg["buffer"], ctx.device, ctx.generator)
+        self.buffer = GSSBuffer(cfg.buffer, ctx.device, ctx.generator)
         # the scored images are never augmented; the reference scores them un-normalised as well
-        self.plain = to_unit_float if cfg["score_input"] == "raw" else (ctx.plain_transform or ctx.train_transform)
+        self.plain = to_unit_float if cfg.score_input == "raw" else (ctx.plain_transform or ctx.train_transform)
 
         def sample_loss(params, x, y):
             return F.cross_entropy(functional_call(net, params, (x[None],)), y[None])
@@ -204,15 +204,15 @@ class GSS(Method):
         if self.buffer.is_empty():
             return (torch.tensor(EMPTY_BUFFER_SCORE, device=x.device),
                     torch.full((len(x),), EMPTY_BUFFER_SCORE, device=x.device))
-        buf_raw, buf_y = self.buffer.sample(self.cfg["gss_minibatch"], "examples", "labels")
+        buf_raw, buf_y = self.buffer.sample(self.cfg.gss_minibatch, "examples", "labels")
         batch_cos, sample_cos = self.score_cosines(torch.cat([x, self.plain(buf_raw)]), torch.cat([y, buf_y]), len(x))
         return batch_cos.amax() + 1, sample_cos.amax(1) + 1
 
     def observe(self, x, y, x_raw):
-        for _ in range(self.cfg["batch_num"]):
+        for _ in range(self.cfg.batch_num):
             inputs, labels = x, y
             if not self.buffer.is_empty():
-                buf_x, buf_y = self.replay_batch(self.cfg["replay_batch"], "labels")
+                buf_x, buf_y = self.replay_batch(self.cfg.replay_batch, "labels")
                 inputs, labels = torch.cat([x, buf_x]), torch.cat([y, buf_y])
             loss = self.sgd_step(F.cross_entropy(self.net(inputs), labels))
         # scored with the updated network, as the reference does (it trains, then adds)

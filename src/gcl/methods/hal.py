@@ -181,12 +181,12 @@ class HAL(Method):
 
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)
-        if cfg["memory"] == "reservoir":
-            self.store = ReservoirMemory(cfg["buffer"], ctx.device, ctx.generator)
+        if cfg.memory == "reservoir":
+            self.store = ReservoirMemory(cfg.buffer, ctx.device, ctx.generator)
         else:
-            per_class = cfg["buffer"] // ctx.n_classes
+            per_class = cfg.buffer // ctx.n_classes
             if per_class == 0:
-                raise ValueError(f"hal: a buffer of {cfg['buffer']} gives no ring slot to each of {ctx.n_classes} classes")
+                raise ValueError(f"hal: a buffer of {cfg.buffer} gives no ring slot to each of {ctx.n_classes} classes")
             self.store = RingBuffer(ctx.n_classes, per_class, ctx.device, ctx.generator)
         self.anchors: torch.Tensor | None = None          # (classes seen, *input shape), network-input space
         self.anchor_classes: torch.Tensor | None = None
@@ -208,12 +208,12 @@ class HAL(Method):
     def observe(self, x, y, x_raw):
         inputs, labels = x, y
         if not self.store.is_empty():
-            buf_x, buf_y = self.store.sample(self.cfg["replay_batch"])
+            buf_x, buf_y = self.store.sample(self.cfg.replay_batch)
             inputs, labels = torch.cat([x, self.ctx.train_transform(buf_x)]), torch.cat([y, buf_y])
         loss = F.cross_entropy(self.net(inputs), labels)
         grads = torch.autograd.grad(loss, self.params)
         if self.anchors is not None:
-            lr = self.cfg["lr"]
+            lr = self.cfg.lr
             with torch.no_grad():      # f at theta~ = theta - lr * grad CE, held constant
                 saved = [p.detach().clone() for p in self.params]
                 torch._foreach_add_(self.params, grads, alpha=-lr)
@@ -221,15 +221,15 @@ class HAL(Method):
                 tilde = self.net(self.anchors)
                 torch._foreach_copy_(self.params, saved)
                 weights_changed()
-            stability = self.cfg["hal_lambda"] * (tilde - self.net(self.anchors)).pow(2).mean()
+            stability = self.cfg.hal_lambda * (tilde - self.net(self.anchors)).pow(2).mean()
             grads = torch._foreach_add(grads, torch.autograd.grad(stability, self.params))
         for p, g in zip(self.params, grads):
             p.grad = g
         self.apply_gradients()
         with torch.no_grad():
             mean_feat = self.net.features(x).mean(0)
-            self.phi = mean_feat * (1 - self.cfg["beta"]) if self.phi is None else \
-                self.cfg["beta"] * self.phi + (1 - self.cfg["beta"]) * mean_feat
+            self.phi = mean_feat * (1 - self.cfg.beta) if self.phi is None else \
+                self.cfg.beta * self.phi + (1 - self.cfg.beta) * mean_feat
         self.store.add(x_raw, y)
         return loss.detach()
 
@@ -238,11 +238,11 @@ class HAL(Method):
         theta_t.requires_grad_(False)
         theta_m = copy.deepcopy(self.net)
         ft_params = [p for p in theta_m.parameters() if p.requires_grad]
-        for _ in range(self.cfg["finetune_steps"]):
-            buf_x, buf_y = self.store.sample(self.cfg["batch"])
+        for _ in range(self.cfg.finetune_steps):
+            buf_x, buf_y = self.store.sample(self.cfg.batch)
             ft_loss = F.cross_entropy(theta_m(self.ctx.train_transform(buf_x)), buf_y)
             with torch.no_grad():
-                torch._foreach_add_(ft_params, torch.autograd.grad(ft_loss, ft_params), alpha=-self.cfg["lr"])
+                torch._foreach_add_(ft_params, torch.autograd.grad(ft_loss, ft_params), alpha=-self.cfg.lr)
                 weights_changed()
         theta_m.requires_grad_(False)
         lo, hi = task.classes
@@ -251,7 +251,7 @@ class HAL(Method):
         init = torch.rand((hi - lo, *shape), generator=self.ctx.generator).to(task.y.device)
         phi = self.phi if self.phi is not None else torch.zeros(self.net.feat_dim, device=task.y.device)
         anchors, self.last_anchor_curve = optimise_anchors(theta_t, theta_m, init, classes, phi,
-                                                           self.cfg["gamma"], self.cfg["lr"], self.cfg["anchor_steps"])
+                                                           self.cfg.gamma, self.cfg.lr, self.cfg.anchor_steps)
         self.anchors = anchors if self.anchors is None else torch.cat([self.anchors, anchors])
         self.anchor_classes = classes if self.anchor_classes is None else torch.cat([self.anchor_classes, classes])
 

@@ -109,7 +109,7 @@ class ICaRL(Method):
 
     def begin_task(self, task: TaskData) -> None:
         self.task_lo, self.seen_hi = task.classes[0], task.classes[1]
-        self.steps_per_pass = math.ceil(len(task.y) / self.cfg["batch"])   # as the stream cuts each pass
+        self.steps_per_pass = math.ceil(len(task.y) / self.cfg.batch)   # as the stream cuts each pass
         self.task_step = 0
         self.carry_x = self.carry_y = None
 
@@ -131,8 +131,8 @@ class ICaRL(Method):
                 old = torch.sigmoid(self.old_net(x)[:, :lo])
             targets = torch.cat([old, targets[:, lo:]], 1)
         loss = F.binary_cross_entropy_with_logits(outputs, targets)
-        if self.cfg["wd_reg"] > 0:
-            loss = loss + self.cfg["wd_reg"] * torch.stack([p.pow(2).sum() for p in self.params]).sum()
+        if self.cfg.wd_reg > 0:
+            loss = loss + self.cfg.wd_reg * torch.stack([p.pow(2).sum() for p in self.params]).sum()
         return loss
 
     def observe(self, x, y, x_raw):
@@ -149,7 +149,7 @@ class ICaRL(Method):
         pool_x, pool_y = torch.cat(xs), torch.cat(ys)
         order = to_device(torch.randperm(len(pool_y), generator=self.ctx.generator), pool_y.device)
         pool_x, pool_y = pool_x[order], pool_y[order]
-        b = self.cfg["batch"]
+        b = self.cfg.batch
         # a pass ends with its last, smaller batch; within a pass, only full batches (the rest waits for the next)
         cut = len(pool_y) if i == self.steps_per_pass - 1 else len(pool_y) // b * b
         if cut == 0:
@@ -160,7 +160,7 @@ class ICaRL(Method):
         return torch.stack(losses).mean()
 
     def _norm(self, feats: torch.Tensor) -> torch.Tensor:
-        return F.normalize(feats, dim=1) if self.cfg["features"] == "normalised" else feats
+        return F.normalize(feats, dim=1) if self.cfg.features == "normalised" else feats
 
     @torch.no_grad()
     def _features(self, x_raw: torch.Tensor) -> torch.Tensor:
@@ -180,9 +180,9 @@ class ICaRL(Method):
                 self.sgd_step(self.loss(self.carry_x, self.carry_y))
             self.carry_x = self.carry_y = None
         lo, hi = task.classes
-        m = self.cfg["buffer"] // hi
+        m = self.cfg.buffer // hi
         if m == 0:
-            raise ValueError(f"icarl: a buffer of {self.cfg['buffer']} leaves no exemplar for each of {hi} classes")
+            raise ValueError(f"icarl: a buffer of {self.cfg.buffer} leaves no exemplar for each of {hi} classes")
         keep_x, keep_y = [], []
         if self.ex_x is not None:    # old classes: the first m of each set (herding order)
             for c in range(lo):

@@ -27,7 +27,7 @@ class Joint(Method):
     def finish(self):
         xs, ys = torch.cat(self.seen_x), torch.cat(self.seen_y)
         # "a fresh network": the one we were given has never been updated, so it is still fresh
-        batch = self.cfg["batch"]
+        batch = self.cfg.batch
         for _ in range(self.ctx.epochs):
             perm = torch.randperm(len(xs), generator=self.ctx.generator).to(xs.device)
             for lo in range(0, len(xs), batch):

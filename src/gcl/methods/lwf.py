@@ -103,12 +103,12 @@ class LwF(Method):
         if self.old_classes > 0:
             with torch.no_grad():
                 old_logits = self.old_net(x)
-        loss = lwf_loss(self.net(x), y, old_logits, hi, self.old_classes, self.cfg["alpha"], self.cfg["softmax_temp"])
+        loss = lwf_loss(self.net(x), y, old_logits, hi, self.old_classes, self.cfg.alpha, self.cfg.softmax_temp)
         for p in self.params:
             p.grad = None
         loss.backward()
         loss = loss.detach()
-        wd = self.cfg["wd_reg"]
+        wd = self.cfg.wd_reg
         if wd > 0:
             for p in self.params:
                 if p.grad is None:
@@ -124,7 +124,7 @@ class LwF(Method):
         if lo > 0:
             self.old_net.load_state_dict(self.net.state_dict())
             self.old_classes = lo
-            epochs = self.cfg["warmup_epochs"]
+            epochs = self.cfg.warmup_epochs
             self._warm_up(task, self.ctx.epochs if epochs < 0 else epochs)
 
     def _warm_up(self, task: TaskData, epochs: int) -> None:
@@ -135,7 +135,7 @@ class LwF(Method):
         head = self.net.classifier
         was_training = self.net.training
         self.net.eval()
-        lr, batch, n = self.cfg["lr"], self.cfg["batch"], len(task.y)
+        lr, batch, n = self.cfg.lr, self.cfg.batch, len(task.y)
         for _ in range(epochs):
             order = torch.randperm(n, generator=self.ctx.generator).to(task.y.device)
             for start in range(0, n, batch):

@@ -80,10 +80,16 @@ class OEWC(QuadraticPenaltyMethod):
     name = "oewc"
     summary = "online EWC: quadratic penalty weighted by a running diagonal Fisher, updated at task ends"
     needs_boundaries = True
-    importance_attr = "fisher"
-    weight_setting = "e_lambda"
     Settings = OEWCSettings
     state_attrs = ("fisher", "checkpoint")
+
+    @property
+    def importance(self) -> list[torch.Tensor] | None:
+        return self.fisher
+
+    @property
+    def penalty_weight(self) -> float:
+        return self.cfg.e_lambda
 
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)
@@ -97,7 +103,7 @@ class OEWC(QuadraticPenaltyMethod):
             for p in self.params:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
-            torch._foreach_add_([p.grad for p in self.params], weighted, alpha=2 * self.cfg["e_lambda"])
+            torch._foreach_add_([p.grad for p in self.params], weighted, alpha=2 * self.cfg.e_lambda)
             loss = loss + value
         self.apply_gradients()
         return loss
@@ -105,11 +111,11 @@ class OEWC(QuadraticPenaltyMethod):
     def end_task(self, task: TaskData) -> None:
         was_training = self.net.training
         self.net.eval()
-        fisher = diagonal_fisher(self.net, task.x_raw, task.y, self.cfg["fisher_batch"], self.ctx.train_transform)
+        fisher = diagonal_fisher(self.net, task.x_raw, task.y, self.cfg.fisher_batch, self.ctx.train_transform)
         self.net.train(was_training)
         if self.fisher is None:
             self.fisher = fisher
         else:
-            torch._foreach_mul_(self.fisher, self.cfg["gamma"])
+            torch._foreach_mul_(self.fisher, self.cfg.gamma)
             torch._foreach_add_(self.fisher, fisher)
         self.checkpoint = [p.detach().clone() for p in self.params]

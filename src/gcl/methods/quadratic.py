@@ -27,21 +27,27 @@ def penalty(params: list[torch.Tensor], anchor: list[torch.Tensor] | None, impor
 
 
 class QuadraticPenaltyMethod(Method):
-    """A method whose penalty is weight * sum importance (theta - theta*)^2: oEWC and SI. Subclasses name the
-    attribute that holds the importance and the setting that holds the weight."""
+    """A method whose penalty is weight * sum importance (theta - theta*)^2: oEWC and SI. Subclasses say where
+    the importance and the weight are (`importance`, `penalty_weight`) and keep theta* in `checkpoint`."""
 
-    importance_attr: str
-    weight_setting: str
+    checkpoint: list[torch.Tensor] | None
+
+    @property
+    def importance(self) -> list[torch.Tensor] | None:
+        """The importance of each parameter (None before the first task ends)."""
+        raise NotImplementedError
+
+    @property
+    def penalty_weight(self) -> float:
+        raise NotImplementedError
 
     def _penalty_terms(self) -> tuple[list[torch.Tensor], torch.Tensor]:
         """importance * (theta - theta*) per parameter and the penalty's value."""
-        return penalty_terms(self.params, self.checkpoint, getattr(self, self.importance_attr),
-                             self.cfg[self.weight_setting])
+        return penalty_terms(self.params, self.checkpoint, self.importance, self.penalty_weight)
 
     def penalty(self) -> torch.Tensor:
         """The penalty as a differentiable function of the parameters (0 before the first task ends)."""
-        return penalty(self.params, self.checkpoint, getattr(self, self.importance_attr),
-                       self.cfg[self.weight_setting], self.ctx.device)
+        return penalty(self.params, self.checkpoint, self.importance, self.penalty_weight, self.ctx.device)
 
     def task_loss_gradients(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of the batch, its gradient left in every .grad; returns the detached loss."""

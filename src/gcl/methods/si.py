@@ -43,10 +43,16 @@ class SI(QuadraticPenaltyMethod):
     name = "si"
     summary = "Synaptic Intelligence: quadratic penalty weighted by each parameter's path-integral importance"
     needs_boundaries = True
-    importance_attr = "big_omega"
-    weight_setting = "c"
     Settings = SISettings
     state_attrs = ("omega", "big_omega", "checkpoint")
+
+    @property
+    def importance(self) -> list[torch.Tensor] | None:
+        return self.big_omega
+
+    @property
+    def penalty_weight(self) -> float:
+        return self.cfg.c
 
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)
@@ -60,15 +66,15 @@ class SI(QuadraticPenaltyMethod):
             g_task = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
             if self.big_omega is not None:
                 weighted, value = self._penalty_terms()
-                applied = torch._foreach_add(g_task, weighted, alpha=2 * self.cfg["c"])
+                applied = torch._foreach_add(g_task, weighted, alpha=2 * self.cfg.c)
                 loss = loss + value
             else:
                 applied = [g.clone() for g in g_task]
-            if self.cfg["clip"] > 0:
-                torch._foreach_clamp_min_(applied, -self.cfg["clip"])
-                torch._foreach_clamp_max_(applied, self.cfg["clip"])
+            if self.cfg.clip > 0:
+                torch._foreach_clamp_min_(applied, -self.cfg.clip)
+                torch._foreach_clamp_max_(applied, self.cfg.clip)
             # delta_theta = -lr * applied, so -g_task * delta_theta = lr * g_task * applied
-            torch._foreach_add_(self.omega, torch._foreach_mul(g_task, applied), alpha=self.cfg["lr"])
+            torch._foreach_add_(self.omega, torch._foreach_mul(g_task, applied), alpha=self.cfg.lr)
         for p, a in zip(self.params, applied):
             p.grad = a
         self.apply_gradients()
@@ -78,7 +84,7 @@ class SI(QuadraticPenaltyMethod):
     def end_task(self, task: TaskData) -> None:
         now = [p.detach().clone() for p in self.params]
         moved = torch._foreach_sub(now, self.checkpoint)
-        denominator = torch._foreach_add(torch._foreach_mul(moved, moved), self.cfg["xi"])
+        denominator = torch._foreach_add(torch._foreach_mul(moved, moved), self.cfg.xi)
         gained = torch._foreach_div(self.omega, denominator)
         if self.big_omega is None:
             self.big_omega = gained

@@ -1,9 +1,9 @@
 """One run (one table cell: a benchmark, a method, a buffer): train every seed and aggregate.
 
-Each finished seed is saved under .gcl-progress/ with a fingerprint of its settings, of the
-benchmark file and of the library's code, and each unfinished one keeps a checkpoint there (gcl.training.checkpoint),
-so a run that was interrupted goes on where it stopped; the folder is removed once the run's metrics.json
-is written. Progress lines go to stdout and to the run's train.log.
+Each finished seed is saved under .gcl-progress/ with a fingerprint of its settings, of the benchmark file and of
+the code train stages run (gcl.core.layout.TRAIN_CODE), and each unfinished one keeps a checkpoint there
+(gcl.training.checkpoint), so a run that was interrupted goes on where it stopped; the folder is removed once the
+run's metrics.json is written. Progress lines go to stdout and to the run's train.log.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from gcl.core.atomic import move_file, remove_stale_temporaries, save_tensors, write_json
-from gcl.data.benchmarks import load_benchmark
+from gcl.data.benchmarks import DataSettings, load_benchmark
 from gcl.core.layout import benchmark_file, run_dir, run_log
 from gcl.core.results import RunResult, SeedResult
 from gcl.core.processes import RunLock, RunLockedError, die_with_parent
@@ -30,7 +30,9 @@ from gcl.core.devices import (auto_workers, compile_threads, resolve_device, see
 from gcl.core.fingerprint import file_digest, fingerprint
 from gcl.training.progress import Progress
 from gcl.methods import METHODS
-from gcl.training.train import DivergenceError, compile_mode, run_seed
+from gcl.training.spec import ResolvedRun
+from gcl.training.compilation import compile_mode
+from gcl.training.train import DivergenceError, run_seed
 
 PROGRESS_DIR = Path(".gcl-progress")
 FEATURE_SAMPLES = 1000   # evaluation images whose final features are kept (first seed) for t-SNE
@@ -44,26 +46,26 @@ def mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
 
 
 @functools.lru_cache(maxsize=1)
-def _loaded_benchmark(bench_path: str, digest: str, data_cfg_json: str) -> dict:
+def _loaded_benchmark(bench_path: str, digest: str, data: DataSettings) -> dict:
     """A process's benchmark, loaded once however many seeds it trains (keyed by the file's digest too: a test may
     write another file at the same relative path)."""
-    return load_benchmark(bench_path, json.loads(data_cfg_json))
+    return load_benchmark(bench_path, data)
 
 
-def _train_seed(key: str, bench_path: str, digest: str, data_cfg: dict, bench_cfg: dict, run_cfg: dict, seed: int,
-                device: str, feature_samples: int, threads: int, progress: Progress,
-                checkpoint: Checkpoint) -> SeedResult:
+def _train_seed(spec: ResolvedRun, bench_path: str, digest: str, seed: int, device: str, compiled: str | None,
+                feature_samples: int, threads: int, progress: Progress, checkpoint: Checkpoint) -> SeedResult:
     """One seed, in a worker process or in this one: the same numbers either way (every RNG is seeded per seed).
-    A divergence names the run and the seed."""
+    `compiled`: the run's compile mode. A divergence names the run and the seed."""
     torch.set_num_threads(threads)
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    bench = _loaded_benchmark(bench_path, digest, json.dumps(data_cfg, sort_keys=True))
+    bench = _loaded_benchmark(bench_path, digest, spec.data)
     try:
-        return run_seed(bench, bench_cfg, run_cfg, seed, device, feature_samples, progress, checkpoint)
+        return run_seed(bench, spec.benchmark, spec.run, seed, device, feature_samples, progress, checkpoint,
+                        compiled)
     except DivergenceError as exc:
-        raise DivergenceError(f"run {key}, seed {seed}: {exc}") from None
+        raise DivergenceError(f"run {spec.key}, seed {seed}: {exc}") from None
 
 
 def start_worker(compile_threads: int) -> None:
@@ -95,13 +97,13 @@ class _Deferred:
         return self.call()
 
 
-def train_run(spec: dict, workers: int | str = 1, threads: int = 1, checkpoint_minutes: float = 10.0,
+def train_run(spec: ResolvedRun, workers: int | str = 1, threads: int = 1, checkpoint_minutes: float = 10.0,
               mps: str = "off") -> Path:
     """Every seed of the resolved run `spec` (gcl.config.resolve_run); `workers` processes side by side (or
     "auto", gcl.core.devices.auto_workers), `threads` CPU threads each, a checkpoint at least every
     `checkpoint_minutes`; with `mps` "auto", NVIDIA's MPS is started when several processes share a GPU
     (none of these changes the numbers). One process at a time per run."""
-    with RunLock(run_lock_path(spec["key"]), spec["key"]):
+    with RunLock(run_lock_path(spec.key), spec.key):
         return _train_run(spec, workers, threads, checkpoint_minutes, mps)
 
 
@@ -110,24 +112,26 @@ def run_lock_path(key: str) -> Path:
     return PROGRESS_DIR / f"{key}.lock"
 
 
-def _train_run(spec: dict, workers: int | str, threads: int, checkpoint_minutes: float, mps: str) -> Path:
-    key, run_cfg, bench_cfg = spec["key"], spec["run"], spec["benchmark"]
-    device = resolve_device(spec["device"])      # a bad device stops here, before any training
+def _train_run(spec: ResolvedRun, workers: int | str, threads: int, checkpoint_minutes: float, mps: str) -> Path:
+    key, run, training = spec.key, spec.run, spec.benchmark
+    device = resolve_device(spec.device)      # a bad device stops here, before any training
     torch.set_num_threads(threads)
-    bench_path = str(benchmark_file(run_cfg["benchmark"]))
+    bench_path = str(benchmark_file(run.benchmark))
     progress = PROGRESS_DIR / key
     features = progress / "features.pt"
-    out_dir = run_dir(run_cfg)
+    out_dir = run_dir(run)
     remove_stale_temporaries(out_dir)     # left by a killed write; DVC restores the outputs themselves
-    log = Progress(key, run_log(run_cfg))
+    log = Progress(key, run_log(run))
     log.log.unlink(missing_ok=True)
     data_digest = file_digest(bench_path)   # the benchmark's bytes, read once for every seed
+    run_json, training_json = run.model_dump(mode="json"), training.model_dump(mode="json")
 
-    compiled = compile_mode(bench_cfg.get("compile", "auto"), device, METHODS[run_cfg["algorithm"]])
+    # the run's compile mode, decided here once: every seed's fingerprint records it (`auto` may compile on one
+    # machine and not on another) and every seed applies it
+    compiled = compile_mode(training.compile, device, METHODS[run.algorithm])
     seeds, todo = {}, []
-    for i, seed in enumerate(spec["seeds"]):
-        # the compile mode as resolved here: `auto` may compile on one machine and not on another
-        seed_print = fingerprint(run_cfg, bench_cfg, seed, device.type, data_digest, compiled)
+    for i, seed in enumerate(spec.seeds):
+        seed_print = fingerprint(run_json, training_json, seed, device.type, data_digest, compiled)
         done = progress / f"seed-{seed}-{seed_print}.json"
         say = log.for_seed(seed).say
         earlier = _earlier_result(done, say)
@@ -163,19 +167,19 @@ def _train_run(spec: dict, workers: int | str, threads: int, checkpoint_minutes:
     else:
         executor = InProcess()
     with executor as pool:
-        jobs = [(seed, done, ckpt, pool.submit(_train_seed, key, bench_path, data_digest, spec["data"], bench_cfg,
-                                               run_cfg, seed, str(dev), n, threads, log.for_seed(seed), ckpt))
+        jobs = [(seed, done, ckpt, pool.submit(_train_seed, spec, bench_path, data_digest, seed, str(dev),
+                                               compiled, n, threads, log.for_seed(seed), ckpt))
                 for (seed, done, n, ckpt), dev in zip(todo, devices)]
         for seed, done, ckpt, job in jobs:
             finished(seed, done, job.result(), ckpt)
-    seeds = {s: seeds[s] for s in spec["seeds"]}
+    seeds = {s: seeds[s] for s in spec.seeds}
 
     stats = {m: mean_std([getattr(r, m) for r in seeds.values()]) for m in ("class_il", "task_il", "forgetting")}
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / "metrics.json"
-    result = RunResult(benchmark=run_cfg["benchmark"], method=run_cfg["method"], buffer=run_cfg["buffer"],
+    result = RunResult(benchmark=run.benchmark, method=run.method, buffer=run.buffer,
                        device=device.type, torch=torch.__version__, threads=torch.get_num_threads(), workers=workers,
-                       config={"run": run_cfg, "benchmark": bench_cfg}, seeds=seeds,
+                       config={"run": run_json, "benchmark": training_json}, seeds=seeds,
                        mean={m: v[0] for m, v in stats.items()}, std={m: v[1] for m, v in stats.items()})
     write_json(out, result.to_json())
     # moved only once metrics.json is written: if that fails, a rerun still finds every seed's result here

@@ -3,24 +3,22 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import random
-import sys
 import time
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
-from gcl.data.benchmarks import kind_of
+from gcl.data.benchmarks import KINDS, BenchmarkData, TrainingSettings
 from gcl.data.stream import Stream
 from gcl.core.errors import UserError
 from gcl.core.results import SeedResult
 from gcl.methods import METHODS, MethodContext
-from gcl.methods.base import Method, TaskData
+from gcl.methods.base import Method, RunSettings, TaskData
 from gcl.core.backbones import begin_step, build_backbone
 from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
-from gcl.core.devices import compiler_failure, environment, triton_available
+from gcl.core.devices import environment
 from gcl.training.evaluate import Evaluator, summarise
 from gcl.training.progress import Progress, StreamProgress
 
@@ -95,76 +93,51 @@ class SeedSetup:
 EAGER_STEPS = 20
 
 
-def compile_mode(setting: bool | str, device: torch.device, method_cls: type[Method]) -> str | None:
-    """The torch.compile mode of a seed's backbone (None: eager). `auto` compiles on a GPU only: there CUDA graphs
-    ("reduce-overhead") remove the kernel-launch cost that dominates a small-batch step, while on a CPU a compiled
-    step would move the numbers by rounding for little gain. Methods that are not `capturable` stay eager."""
-    if not method_cls.capturable or setting is False or (setting == "auto" and device.type != "cuda"):
-        return None
-    if device.type != "cuda":
-        return "default"
-    if not triton_available(device):
-        if setting == "auto":
-            return None
-        raise UserError("compile: true needs Triton on this GPU (pip install triton; compute capability 7.0 or "
-                        "later): install it, or set the benchmark's compile to auto (eager here) or false")
-    if (failure := compiler_failure(device)) is None:
-        return "reduce-overhead"
-    if setting == "auto":
-        return _say_once(f"compile: auto trains eager: torch.compile fails on {device} ({failure})")
-    raise UserError(f"compile: true, but torch.compile fails on {device} ({failure}): repair Triton (pip install "
-                    "--force-reinstall triton matching this torch), or set the benchmark's compile to auto or false")
-
-
-@functools.lru_cache(maxsize=None)
-def _say_once(line: str) -> None:
-    """Print `line` on stderr, once per process; returns None."""
-    print(line, file=sys.stderr, flush=True)
-
-
-def setup_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: torch.device) -> SeedSetup:
-    """Seed every RNG, then build the stream, the network, the method, the evaluator and the loop of one seed."""
-    kind = kind_of(bench_cfg)
-    train_transform, test_transform = kind.transforms(bench, bench_cfg)
+def setup_seed(bench: BenchmarkData, training: TrainingSettings, run: RunSettings, seed: int, device: torch.device,
+               compiled: str | None = None) -> SeedSetup:
+    """Seed every RNG, then build the stream, the network, the method, the evaluator and the loop of one seed
+    (`training`: its benchmark's training settings; `run`: its method's Run; `compiled`: compile_mode's)."""
+    kind = KINDS[training.kind]
+    train_transform, test_transform = kind.transforms(bench, training)
     generator = seed_everything(seed)
-    method_cls = METHODS[run_cfg["algorithm"]]
-    schedule = Schedule.of(method_cls, bench_cfg["epochs"])
-    stream = kind.stream(bench, {**bench_cfg, "epochs": schedule.stream_epochs}, run_cfg["batch"], generator)
+    method_cls = METHODS[run.algorithm]
+    schedule = Schedule.of(method_cls, training.epochs)
+    stream = kind.stream(bench, training, schedule.stream_epochs, run.batch, generator)
     if not schedule.evaluate_along:
         stream = dataclasses.replace(stream, eval_after=[])
-    net = build_backbone(bench_cfg["backbone"], bench["input_shape"], bench["n_classes"],
-                         channels_last=bench_cfg.get("channels_last", False), width=bench_cfg.get("width"),
-                         input_size=bench_cfg.get("input_size")).to(device)
-    net.compile_mode = compile_mode(bench_cfg.get("compile", "auto"), device, method_cls)
+    net = build_backbone(training.backbone, bench["input_shape"], bench["n_classes"],
+                         channels_last=training.channels_last, width=training.width,
+                         input_size=training.input_size).to(device)
+    net.compile_mode = compiled
     ctx = MethodContext(device=device, n_classes=bench["n_classes"], train_transform=train_transform,
-                        generator=generator, epochs=bench_cfg["epochs"], plain_transform=test_transform)
-    method = method_cls(net, run_cfg, ctx)
+                        generator=generator, epochs=training.epochs, plain_transform=test_transform)
+    method = method_cls(net, run, ctx)
     evaluate = Evaluator(bench, test_transform, device)
     # bf16 autocast (on a GPU, or a CPU) is entered afresh for every step and evaluation: autocast caches its bf16
     # copies of the weights until its context exits, so one context around the whole loop would keep training
     # on the weights as they were before the first in-place SGD update; a method that updates several times in
     # one step drops the copies itself after each update (gcl.methods.base.weights_changed)
     def amp():
-        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bench_cfg.get("bf16", False))
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=training.bf16)
 
     loop = StreamLoop(method, stream, train_transform, evaluate, kind.has_tasks, device, amp,
                       schedule.checkpoint_at_task_ends)
     return SeedSetup(stream, schedule, net, method, evaluate, loop, amp)
 
 
-def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: torch.device,
-             feature_samples: int = 0, progress: Progress | None = None,
-             checkpoint: Checkpoint | None = None) -> SeedResult:
-    """Train `run_cfg`'s method over the benchmark stream and return this seed's metrics.
+def run_seed(bench: BenchmarkData, training: TrainingSettings, run: RunSettings, seed: int, device: torch.device,
+             feature_samples: int = 0, progress: Progress | None = None, checkpoint: Checkpoint | None = None,
+             compiled: str | None = None) -> SeedResult:
+    """Train `run`'s method over the benchmark stream and return this seed's metrics (setup_seed's arguments).
 
     With `feature_samples` > 0 the result also holds `features`: the final network's penultimate
     features of that many evaluation images (for t-SNE), which the caller stores apart from the JSON.
     `progress` receives a line at every evaluation and at least every minute; with `checkpoint` the seed
     resumes from its saved state (if one with the same fingerprint exists) and saves it as it goes.
     """
-    s = setup_seed(bench, bench_cfg, run_cfg, seed, device)
+    s = setup_seed(bench, training, run, seed, device, compiled)
     loop, net, method, evaluate, amp = s.loop, s.net, s.method, s.evaluate, s.amp
-    progress = progress or Progress(run_cfg.get("method", run_cfg["algorithm"]), seed=seed)
+    progress = progress or Progress(run.method, seed=seed)
     saved = checkpoint.load(progress.say) if checkpoint else None
     if saved is not None:
         loop.restore(saved)
@@ -181,7 +154,7 @@ def run_seed(bench: dict, bench_cfg: dict, run_cfg: dict, seed: int, device: tor
         method_metrics = method.extra_metrics()
         features = evaluate.features(method.features, feature_samples) if feature_samples else None
     return SeedResult(**scores, confusion=confusion, method_metrics=method_metrics,
-                      environment=environment(device, bench_cfg.get("bf16", False), net.compile_mode),
+                      environment=environment(device, training.bf16, net.compile_mode),
                       features=features)
 
 

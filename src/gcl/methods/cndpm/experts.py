@@ -123,22 +123,23 @@ def _lateral(own: torch.Tensor, prev: list[torch.Tensor] | None, i: int) -> torc
 class Expert(nn.Module):
     """One mixture component: VAE `g`, classifier `d`, and their Adam states (expert 0: frozen, no updates)."""
 
-    def __init__(self, cfg: dict, in_shape: tuple[int, ...], n_classes: int, n_prev: int, device: torch.device,
+    def __init__(self, cfg, in_shape: tuple[int, ...], n_classes: int, n_prev: int, device: torch.device,
                  frozen: bool = False):
+        """`cfg`: the method's settings (gcl.methods.cndpm.method.CNDPMSettings): architecture, widths, lrs."""
         super().__init__()
         in_dim = math.prod(in_shape)
-        if cfg["arch"] == "mlp":
-            self.g = MlpVae(in_dim, cfg["z_dim"], cfg["vae_width"], cfg["vae_ext"], n_prev)
-            self.d = MlpClassifier(in_dim, n_classes, cfg["cls_width"], cfg["cls_ext"], n_prev)
+        if cfg.arch == "mlp":
+            self.g = MlpVae(in_dim, cfg.z_dim, cfg.vae_width, cfg.vae_ext, n_prev)
+            self.d = MlpClassifier(in_dim, n_classes, cfg.cls_width, cfg.cls_ext, n_prev)
         else:
-            self.g = CnnVae(in_shape, cfg["z_dim"], cfg["vae_width"], cfg["vae_ext"], n_prev)
-            self.d = ResNetClassifier(in_shape[0], n_classes, cfg["cls_width"], cfg["cls_ext"], n_prev)
+            self.g = CnnVae(in_shape, cfg.z_dim, cfg.vae_width, cfg.vae_ext, n_prev)
+            self.d = ResNetClassifier(in_shape[0], n_classes, cfg.cls_width, cfg.cls_ext, n_prev)
         self.to(device)
         if frozen:
             self.requires_grad_(False)
         else:   # after the move: the optimisers make the parameters views of their flat tensors
-            self.opt_g = Adam(self.g, cfg["lr_vae"])
-            self.opt_d = Adam(self.d, cfg["lr"])
+            self.opt_g = Adam(self.g, cfg.lr_vae)
+            self.opt_d = Adam(self.d, cfg.lr)
 
 
 class GaussianRecon(torch.autograd.Function):

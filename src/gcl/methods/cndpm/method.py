@@ -123,7 +123,7 @@ class CNDPM(Method):
         self.params = []   # the project's backbone is not used: the experts are the model
         self.in_shape = None
         self.experts = nn.ModuleList()
-        self.log_counts = torch.tensor([float(cfg["log_alpha"])], device=ctx.device)   # slot 0: N_0 = alpha
+        self.log_counts = torch.tensor([float(cfg.log_alpha)], device=ctx.device)   # slot 0: N_0 = alpha
         self.stm_x = self.stm_y = None
         self.stm_n = torch.zeros((), dtype=torch.long, device=ctx.device)
         self._stm_bound = 0   # host-side upper bound of stm_n: read stm_n only when a sleep may be due
@@ -135,16 +135,16 @@ class CNDPM(Method):
         self.in_shape = tuple(x.shape[1:])
         self.experts.append(Expert(self.cfg, self.in_shape, self.ctx.n_classes, 0, self.ctx.device, frozen=True))
         # a batch may overshoot the capacity by batch - 1 samples; one spare slot takes the samples not sent
-        slots = self.cfg["stm_capacity"] + self.cfg["batch"] + 1
+        slots = self.cfg.stm_capacity + self.cfg.batch + 1
         self.stm_x = torch.zeros(slots, *self.in_shape, device=self.ctx.device)
         self.stm_y = torch.zeros(slots, dtype=torch.long, device=self.ctx.device)
 
     def _new_expert(self) -> Expert:
         k = len(self.experts) - 1   # real experts so far
-        if k + 1 > self.cfg["max_experts"]:
+        if k + 1 > self.cfg.max_experts:
             raise RuntimeError(
-                f"CN-DPM would create expert {k + 1}, more than max_experts = {self.cfg['max_experts']}: new experts "
-                f"are too likely, so log_alpha = {self.cfg['log_alpha']} is too large for this benchmark's NLL scale "
+                f"CN-DPM would create expert {k + 1}, more than max_experts = {self.cfg.max_experts}: new experts "
+                f"are too likely, so log_alpha = {self.cfg.log_alpha} is too large for this benchmark's NLL scale "
                 "(lower log_alpha, or raise classifier_chill / max_experts)")
         return Expert(self.cfg, self.in_shape, self.ctx.n_classes, max(k, 0), self.ctx.device)
 
@@ -160,7 +160,7 @@ class CNDPM(Method):
         nlls, logps = [], []
         prev_g = prev_d = None
         for e in experts:
-            nll, feats_g = vae_nll(e.g, x, None if e is self.experts[0] else prev_g, self.cfg["z_samples"])
+            nll, feats_g = vae_nll(e.g, x, None if e is self.experts[0] else prev_g, self.cfg.z_samples)
             logp, feats_d = e.d(x, None if e is self.experts[0] else prev_d)
             if e is not self.experts[0]:
                 prev_g, prev_d = feats_g, feats_d
@@ -177,7 +177,7 @@ class CNDPM(Method):
         experts = list(self.experts)
         vae, logp = self.collect(x, experts)                                    # [B, 1+K], [B, 1+K, C]
         cls = chilled_nll(logp.flatten(0, 1), y.repeat_interleave(len(experts)),
-                          cfg["classifier_chill"]).view(len(y), len(experts))
+                          cfg.classifier_chill).view(len(y), len(experts))
         nll = vae + cls
         with torch.no_grad():
             nl_joint = nll - self.log_counts
@@ -194,9 +194,9 @@ class CNDPM(Method):
                 e.opt_d.zero_grad()
             loss.backward()
             for k, e in enumerate(experts[1:], start=1):
-                stepped = usage[k] > cfg["update_min_usage"]
-                e.opt_g.step(cfg["clip"], stepped)
-                e.opt_d.step(cfg["clip"], stepped)
+                stepped = usage[k] > cfg.update_min_usage
+                e.opt_g.step(cfg.clip, stepped)
+                e.opt_d.step(cfg.clip, stepped)
         self._to_stm(x, y, to_stm)
         return loss.detach()
 
@@ -209,10 +209,10 @@ class CNDPM(Method):
         self.stm_y.index_copy_(0, slot, y)
         self.stm_n += to_stm.sum()
         self._stm_bound += len(y)
-        if self._stm_bound >= self.cfg["stm_capacity"]:
+        if self._stm_bound >= self.cfg.stm_capacity:
             n = int(self.stm_n)   # the only host sync, and only when a sleep may be due
             self._stm_bound = n
-            if n >= self.cfg["stm_capacity"]:
+            if n >= self.cfg.stm_capacity:
                 self.sleep(n)
 
     # -------------------------------------------------------------- sleep
@@ -225,21 +225,21 @@ class CNDPM(Method):
         earlier = list(self.experts)[1:]
         with torch.no_grad():   # the earlier experts are frozen during sleep: their features of the STM once
             feats_g, feats_d = self._features(x, earlier)
-        for steps, opt, part in ((cfg["sleep_steps_vae"], expert.opt_g, "g"), (cfg["sleep_steps_cls"], expert.opt_d, "d")):
+        for steps, opt, part in ((cfg.sleep_steps_vae, expert.opt_g, "g"), (cfg.sleep_steps_cls, expert.opt_d, "d")):
             for _ in range(steps):
-                idx = torch.randint(0, n, (cfg["sleep_batch"],), device=x.device)
+                idx = torch.randint(0, n, (cfg.sleep_batch,), device=x.device)
                 xb, yb = x[idx], y[idx]
                 if part == "g":
-                    loss = vae_nll(expert.g, xb, _take(feats_g, idx), cfg["z_samples"])[0].mean()
+                    loss = vae_nll(expert.g, xb, _take(feats_g, idx), cfg.z_samples)[0].mean()
                 else:
                     loss = F.nll_loss(expert.d(xb, _take(feats_d, idx))[0], yb)
                 opt.zero_grad()
                 loss.backward()
                 # the explicit L2 term wd * sum ||theta||^2 of the loss, added as its gradient 2 wd theta
-                opt.grad.add_(opt.params, alpha=2 * cfg["weight_decay"])
-                opt.step(cfg["clip"])
-        expert.opt_g.lr.mul_(cfg["lr_decay"])
-        expert.opt_d.lr.mul_(cfg["lr_decay"])
+                opt.grad.add_(opt.params, alpha=2 * cfg.weight_decay)
+                opt.step(cfg.clip)
+        expert.opt_g.lr.mul_(cfg.lr_decay)
+        expert.opt_d.lr.mul_(cfg.lr_decay)
         self.experts.append(expert)
         self.log_counts = torch.cat([self.log_counts, self.log_counts.new_tensor([math.log(n + 1)])])
         self.stm_n.zero_()
@@ -282,7 +282,7 @@ class CNDPM(Method):
     def finish(self) -> None:
         if self.n_experts == 0:   # the mixture would predict class 0 for everything: a number that means nothing
             raise NoExpertError(f"CN-DPM made no expert over the whole stream: its short-term memory never held "
-                                f"stm_capacity = {self.cfg['stm_capacity']} samples; lower stm_capacity (or raise "
+                                f"stm_capacity = {self.cfg.stm_capacity} samples; lower stm_capacity (or raise "
                                 "log_alpha) for this stream")
 
     def extra_metrics(self) -> dict:

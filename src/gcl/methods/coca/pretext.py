@@ -1,6 +1,6 @@
 """Geometric pretext tasks for CoCa's L_PT (paper Eq. 12): a transformation per image and its proxy label.
 
-Two variants (see gcl.methods.coca for why each exists):
+Two variants (see gcl.methods.coca.method for why each exists):
 
 - "paper": the transformations of the paper's Section IV-B, rotation {0, 90, 180, 270} degrees,
   scale {0.67, 1.0} and aspect ratio {0.67, 1.33}, read as 4 shapes x 4 rotations = 16 classes,

@@ -13,7 +13,7 @@ One step, structured as the authors' code (DER++ with the distillation target re
   the buffer, as in DER): MSE between the current logits o and the detached target
   o* = gamma * (1 - omega) (I - omega S_hat)^-1 o + (1 - gamma) * o_hat               (Eq. 4, 10, 11)
   where S_hat is the row-normalised affinity of b1's L2-normalised embeddings.
-- L_PT: an auxiliary head predicts which geometric transformation (gcl.data.pretext) was applied;
+- L_PT: an auxiliary head predicts which geometric transformation (gcl.methods.coca.pretext) was applied;
   L_SCL: supervised contrastive loss (Khosla et al. 2020) over two views (original, transformed)
   of the projector's normalised embeddings. Both run on the stream batch concatenated with b2, and
   the transformed view is shared by both (the authors' code; one transformation per sample).
@@ -69,7 +69,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from gcl.data.pretext import n_pretext_classes, random_pretext
+from gcl.methods.coca.pretext import n_pretext_classes, random_pretext
 from gcl.methods.base import Method, ReplaySettings, register
 
 AFFINITIES = ("paper", "code")
@@ -202,16 +202,16 @@ class CoCa(Method):
 
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)
-        self.ckd, self.pt, self.scl = cfg["ckd"], cfg["pt"], cfg["scl"]
+        self.ckd, self.pt, self.scl = cfg.ckd, cfg.pt, cfg.scl
         self._per_role_forward = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in net.modules())
-        norm = cfg["head_norm"]
+        norm = cfg.head_norm
         self._heads_batchnorm = self._per_role_forward if norm == "auto" else norm == "batchnorm"
         feat_dim, style = net.feat_dim, net.head_style
         heads = nn.ModuleDict()
-        if self.scl or (self.ckd and cfg["ckd_embedding"] == "projector"):
+        if self.scl or (self.ckd and cfg.ckd_embedding == "projector"):
             heads["projector"] = mlp_head(style, feat_dim, projection_dim(style), self._heads_batchnorm)
         if self.pt:
-            heads["pretext"] = mlp_head(style, feat_dim, n_pretext_classes(cfg["pretext"]), self._heads_batchnorm)
+            heads["pretext"] = mlp_head(style, feat_dim, n_pretext_classes(cfg.pretext), self._heads_batchnorm)
         # kept outside self.net, so evaluation (Method.predict -> self.net) cannot reach them
         self.heads = heads.to(ctx.device)
         self.params += list(heads.parameters())
@@ -243,15 +243,15 @@ class CoCa(Method):
         cfg = self.cfg
         buf_x = buf_y = b1 = None
         if not self.buffer.is_empty():
-            buf_x, buf_y = self.replay_batch(cfg["replay_batch"], "labels")          # b2
+            buf_x, buf_y = self.replay_batch(cfg.replay_batch, "labels")          # b2
             if self.ckd:
-                b1 = self.replay_batch(cfg["replay_batch"], "logits")            # b1
+                b1 = self.replay_batch(cfg.replay_batch, "logits")            # b1
         inputs = x if buf_x is None else torch.cat([x, buf_x])
         labels = y if buf_y is None else torch.cat([y, buf_y])
         x_view = None
         if self.pt or self.scl:
             # one random transformation per sample of stream + b2, shared by the pretext task and SCL's view
-            x_view, pt_labels = random_pretext(inputs, cfg["pretext"], self.ctx.generator)
+            x_view, pt_labels = random_pretext(inputs, cfg.pretext, self.ctx.generator)
         roles = [x] + [r for r in (buf_x, None if b1 is None else b1[0], x_view) if r is not None]
         f_x, *rest = self._features(roles)
         logits = self.net.classifier(f_x)
@@ -259,15 +259,15 @@ class CoCa(Method):
         feats = f_x
         if buf_x is not None:
             f_b2 = rest.pop(0)
-            loss = loss + cfg["beta"] * F.cross_entropy(self.net.classifier(f_b2), buf_y)   # ... + beta * buffer mean
+            loss = loss + cfg.beta * F.cross_entropy(self.net.classifier(f_b2), buf_y)   # ... + beta * buffer mean
             feats = torch.cat([f_x, f_b2])
 
         if b1 is not None:
             f_b1 = rest.pop(0)
             with torch.no_grad():   # the target is detached: its embeddings need no graph
-                z = self._embed(f_b1) if cfg["ckd_embedding"] == "projector" else F.normalize(f_b1, dim=1)
-            loss = loss + cfg["lambda1"] * ckd_loss(self.net.classifier(f_b1), b1[1], z, cfg["omega"],
-                                                    cfg["gamma"], cfg["affinity"], cfg["affinity_c"])
+                z = self._embed(f_b1) if cfg.ckd_embedding == "projector" else F.normalize(f_b1, dim=1)
+            loss = loss + cfg.lambda1 * ckd_loss(self.net.classifier(f_b1), b1[1], z, cfg.omega,
+                                                    cfg.gamma, cfg.affinity, cfg.affinity_c)
         if x_view is not None:
             f_view = rest.pop(0)
             css = 0.0
@@ -275,8 +275,8 @@ class CoCa(Method):
                 css = css + F.cross_entropy(self._head("pretext", f_view), pt_labels)
             if self.scl:
                 z = self._embed(torch.cat([feats, f_view]))
-                css = css + supcon_loss(z, torch.cat([labels, labels]), cfg["tau"])
-            loss = loss + cfg["lambda2"] * css
+                css = css + supcon_loss(z, torch.cat([labels, labels]), cfg.tau)
+            loss = loss + cfg.lambda2 * css
 
         loss = self.sgd_step(loss)
         fields = {"examples": x_raw, "labels": y}

@@ -1,0 +1,224 @@
+"""Tiny ImageNet as uint8 (N, 3, 64, 64) tensors, from the Stanford zip or an extracted copy of it.
+
+The zip is checked against its published MD5 before it is read (gcl.data.image_sources.locate_archive). An
+extracted folder has no checksum: there, as in the zip, the image counts must be what wnids.txt, the boxes files
+and val_annotations.txt promise (a partial copy is refused, naming the missing files). The `md5` setting
+replaces the published checksum, for a deliberately different archive.
+"""
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from pydantic import Field
+
+from gcl.data.image_sources import ArchiveSourceSettings, locate_archive, stats
+from gcl.data.source_registry import SourceError, register_source
+
+TINY_URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
+TINY_FILE = "tiny-imagenet-200.zip"
+TINY_MD5 = "90528d7ca1a48142e341f4ef8d21d0de"     # 248,100,043 bytes
+TINY_ROOT = "tiny-imagenet-200"
+TINY_CLASSES, TINY_TRAIN_PER_CLASS, TINY_VAL_PER_CLASS = 200, 500, 50   # the canonical set: 100,000 / 10,000 images
+
+
+class TinyImagenetSettings(ArchiveSourceSettings):
+    md5: str = Field(TINY_MD5, pattern="^[0-9a-f]{32}$", description="MD5 the archive must have")
+
+
+def _tiny_fix(root: Path) -> str:
+    return (f"Fix: download {TINY_FILE} (MD5 {TINY_MD5}, 248,100,043 bytes; the canonical address {TINY_URL} "
+            "has gone offline before) and either put it at "
+            f"{root / TINY_FILE} or set sources.tinyimagenet.archive to its path (an extracted "
+            f"{TINY_ROOT}/ folder works too); or set sources.tinyimagenet.url to a mirror of the same file.")
+
+
+class _Files:
+    """Read-only view of the dataset's files, inside the zip or in an extracted folder."""
+
+    def __init__(self, where: Path, root: Path):
+        self.where = where
+        self.fix = _tiny_fix(root)    # where the archive belongs: the download folder
+        try:
+            self.zip = zipfile.ZipFile(where) if where.is_file() else None
+        except zipfile.BadZipFile as exc:
+            raise SourceError(f"{where} is not a zip archive ({exc}). {self.fix}") from exc
+        if self.zip is not None:
+            names = self.zip.namelist()
+        else:
+            names = [p.relative_to(where).as_posix() for p in where.rglob("*") if p.is_file()]
+        # the archive holds one top folder `tiny-imagenet-200/`; accept a folder given either way
+        self.prefix = f"{TINY_ROOT}/" if any(n.startswith(f"{TINY_ROOT}/") for n in names) else ""
+        self.names = {n[len(self.prefix):] for n in names if n.startswith(self.prefix)}
+
+    def read(self, name: str) -> bytes:
+        if name not in self.names:
+            raise SourceError(f"{self.where} has no {self.prefix}{name}: it is not a complete Tiny ImageNet "
+                              f"archive. {self.fix}")
+        try:
+            if self.zip is not None:
+                return self.zip.read(self.prefix + name)
+            return (self.where / (self.prefix + name)).read_bytes()
+        # a damaged member: BadZipFile (bad CRC, bad local header), zlib.error (bad deflate stream), EOFError
+        # (cut short); NotImplementedError / RuntimeError for a compression method or encryption the
+        # canonical zip does not use; OSError for an unreadable file in an extracted folder
+        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError, OSError) as exc:
+            kind = "the archive is corrupt" if self.zip is not None else "the extracted folder is damaged"
+            raise SourceError(f"{self.where}: {self.prefix}{name} cannot be read ({type(exc).__name__}: {exc}): "
+                              f"{kind}. Delete {self.where} and supply a fresh copy. {self.fix}") from exc
+
+    def text(self, name: str, strict: bool = True) -> list[str]:
+        """The non-empty lines of a text file; `strict` refuses bytes that are not UTF-8 (the files are ASCII)."""
+        raw = self.read(name)
+        try:
+            text = raw.decode("utf-8", errors="strict" if strict else "replace")
+        except UnicodeDecodeError as exc:
+            raise SourceError(f"{self.where}: {self.prefix}{name} is not the UTF-8 (ASCII) text file of Tiny ImageNet "
+                              f"({exc}): the file is damaged or was replaced. Delete {self.where} and supply a fresh copy. "
+                              f"{self.fix}") from exc
+        return [line for line in text.splitlines() if line.strip()]
+
+
+def _natural(name: str):
+    """n01443537_10.JPEG after n01443537_9.JPEG: the images' own numbering."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def _decode_one(files: _Files, name: str) -> torch.Tensor:
+    """One JPEG as uint8 (3, H, W); the set has some grey-scale images, expanded to RGB as PIL does."""
+    try:
+        with Image.open(io.BytesIO(files.read(name))) as img:
+            pixels = np.array(img if img.mode == "RGB" else img.convert("RGB"))   # a writable copy
+    except (OSError, SyntaxError, ValueError) as exc:   # what PIL raises for damaged or foreign files
+        raise SourceError(f"{files.where}: {files.prefix}{name} is not a readable image ({exc}). "
+                          f"{files.fix}") from exc
+    return torch.from_numpy(pixels).permute(2, 0, 1)
+
+
+def _decode(files: _Files, names: list[str]) -> torch.Tensor:
+    """Decode every image into one preallocated uint8 (N, 3, H, W) tensor (a data-preparation step, run once)."""
+    first = _decode_one(files, names[0])
+    out = torch.empty((len(names), *first.shape), dtype=torch.uint8)
+    for i, name in enumerate(names):
+        img = first if i == 0 else _decode_one(files, name)
+        if img.shape != first.shape:
+            raise SourceError(f"{files.where}: {files.prefix}{name} is {tuple(img.shape)}, unlike the "
+                              f"{tuple(first.shape)} of the others: the archive is damaged or not Tiny ImageNet. "
+                              f"{files.fix}")
+        out[i] = img
+    return out
+
+
+def _some(items: list[str], k: int = 5) -> str:
+    return ", ".join(items[:k]) + (f" and {len(items) - k} more" if len(items) > k else "")
+
+
+def _check_complete(files: _Files, wnids: list[str], per_class: dict[str, list[str]], test_names: list[str],
+                    test_y: list[int], canonical: bool) -> None:
+    """Refuse a partial copy. What the files promise: every class of wnids.txt has the same number of training
+    images (each listed in its <wnid>_boxes.txt where that file has lines), every image val_annotations.txt
+    names exists and every image in val/images is annotated, every class has the same number of validation
+    images; and, for the canonical set (the zip with the published MD5, or a folder with its 200 classes),
+    exactly 500 training and 50 validation images per class."""
+    fix, pre, where = files.fix, files.prefix, files.where
+    again = "The copy is incomplete (an interrupted extraction or copy): delete it and supply a complete one."
+    counts = {w: len(per_class[w]) for w in wnids}
+    most = max(counts.values())
+    short = [w for w in wnids if counts[w] < most]
+    if short:
+        missing = []
+        for w in short:   # the images are numbered <wnid>_0.JPEG .. <wnid>_<n-1>.JPEG
+            have = {n.rsplit("/", 1)[1] for n in per_class[w]}
+            missing += [f"{pre}train/{w}/images/{w}_{i}.JPEG" for i in range(most) if f"{w}_{i}.JPEG" not in have]
+        raise SourceError(f"{where}: training images are missing: the classes of wnids.txt have {most} images each "
+                          f"except {_some([f'{w} ({counts[w]})' for w in short])}"
+                          + (f"; missing {_some(missing)}" if missing else "") + f". {again} {fix}")
+    for w in wnids:
+        boxes = f"train/{w}/{w}_boxes.txt"
+        if boxes in files.names:
+            have = {n.rsplit("/", 1)[1] for n in per_class[w]}
+            listed = [line.split("\t")[0].strip() for line in files.text(boxes)]
+            missing = [f"{pre}train/{w}/images/{n}" for n in listed if n not in have]
+            if missing:
+                raise SourceError(f"{where}: {pre}{boxes} lists {len(missing)} training images that are missing: "
+                                  f"{_some(missing)}. {again} {fix}")
+    missing = [pre + n for n in test_names if n not in files.names]
+    if missing:
+        raise SourceError(f"{where}: {pre}val/val_annotations.txt names {len(missing)} of its {len(test_names)} "
+                          f"images that are missing: {_some(missing)}. {again} {fix}")
+    annotated = set(test_names)
+    extra = sorted((pre + n for n in files.names if n.startswith("val/images/") and n.endswith(".JPEG")
+                    and n not in annotated), key=_natural)
+    if extra:
+        raise SourceError(f"{where}: {len(extra)} images under {pre}val/images/ have no line in "
+                          f"{pre}val/val_annotations.txt ({_some(extra)}): the annotation file is cut short or "
+                          f"damaged. {again} {fix}")
+    val = np.bincount(np.asarray(test_y, dtype=np.int64), minlength=len(wnids))
+    if val.min() != val.max():
+        short = [f"{w} ({val[k]})" for k, w in enumerate(wnids) if val[k] < val.max()]
+        raise SourceError(f"{where}: {pre}val/val_annotations.txt gives the classes {val.max()} images each except "
+                          f"{_some(short)}. {again} {fix}")
+    if canonical and (len(wnids), most, int(val.max())) != (TINY_CLASSES, TINY_TRAIN_PER_CLASS, TINY_VAL_PER_CLASS):
+        raise SourceError(f"{where} holds {len(wnids)} classes with {most} training and {val.max()} validation "
+                          f"images each; the canonical {TINY_FILE} holds {TINY_CLASSES} classes with "
+                          f"{TINY_TRAIN_PER_CLASS} and {TINY_VAL_PER_CLASS}. {again} {fix}")
+
+
+def _locate_tiny(settings: TinyImagenetSettings, root: Path) -> Path:
+    """The archive (or extracted folder) to read, checked or downloaded."""
+    return locate_archive("tinyimagenet", settings, root, TINY_FILE, settings.md5, TINY_URL, _tiny_fix(root),
+                          folder_ok=True)
+
+
+@register_source("tinyimagenet", TinyImagenetSettings)
+def tinyimagenet(settings: TinyImagenetSettings, download_dir: Path) -> dict:
+    """Tiny ImageNet: classes in the order of wnids.txt; train/<wnid>/images/*.JPEG for training (in the
+    images' own numbering), val/images with val/val_annotations.txt as the test set (in annotation order)."""
+    files = _Files(_locate_tiny(settings, Path(download_dir)), Path(download_dir))
+    wnids = [line.strip() for line in files.text("wnids.txt")]
+    if not wnids or len(set(wnids)) != len(wnids):
+        raise SourceError(f"{files.where}: wnids.txt is empty or repeats a class. {files.fix}")
+    label = {w: i for i, w in enumerate(wnids)}
+    per_class: dict[str, list[str]] = {w: [] for w in wnids}
+    for n in files.names:   # train/<wnid>/images/<file>.JPEG
+        parts = n.split("/")
+        if len(parts) == 4 and parts[0] == "train" and parts[2] == "images" and parts[3].endswith(".JPEG") \
+                and parts[1] in per_class:
+            per_class[parts[1]].append(n)
+    train_names, train_y = [], []
+    for w in wnids:
+        imgs = sorted(per_class[w], key=_natural)
+        if not imgs:
+            raise SourceError(f"{files.where}: no training images under {files.prefix}train/{w}/images/. "
+                              f"{files.fix}")
+        train_names += imgs
+        train_y += [label[w]] * len(imgs)
+    test_names, test_y = [], []
+    for line in files.text("val/val_annotations.txt"):
+        fields = line.split("\t")
+        if len(fields) < 2 or fields[1] not in label:
+            raise SourceError(f"{files.where}: {files.prefix}val/val_annotations.txt has a line {line!r} that names no class "
+                              f"of wnids.txt. {files.fix}")
+        test_names.append(f"val/images/{fields[0]}")
+        test_y.append(label[fields[1]])
+    # canonical: verified against the published MD5, or an (unchecksummed) folder with the canonical 200 classes
+    canonical = files.zip is not None and settings.md5 == TINY_MD5 or files.zip is None and len(wnids) == TINY_CLASSES
+    _check_complete(files, wnids, per_class, test_names, test_y, canonical)
+    names = {}
+    if "words.txt" in files.names:   # human-readable class names where the archive has them (not identifiers:
+        for line in files.text("words.txt", strict=False):   # an odd byte there is shown, not fatal)
+            w, _, words = line.partition("\t")
+            names[w] = words.split(",")[0].strip()
+    train_x, test_x = _decode(files, train_names), _decode(files, test_names)
+    if train_x.shape[1:] != test_x.shape[1:]:
+        raise SourceError(f"{files.where}: training images are {tuple(train_x.shape[1:])}, test images "
+                          f"{tuple(test_x.shape[1:])}. {files.fix}")
+    return {"train_x": train_x, "train_y": torch.tensor(train_y, dtype=torch.int64),
+            "test_x": test_x, "test_y": torch.tensor(test_y, dtype=torch.int64),
+            "classes": [names.get(w, w) for w in wnids], **stats("tinyimagenet")}
