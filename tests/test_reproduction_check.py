@@ -8,13 +8,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from test_report import ENV, PAPER, ROOT, resolved, section, table, tables_md  # noqa: F401  (resolved: a fixture)
+from test_report import ENV, PAPER, ROOT, costs_md, resolved, section, table, tables_md  # noqa: F401  (resolved: a fixture)
 
 from gcl.config import resolve_profile
 from gcl.core.atomic import write_json
 from gcl.report.common import ReportError
 from gcl.report.reproductions import VERIFIED, md5, verify
-from gcl.report.tables import write_report
+from gcl.report.write import write_report
 
 FOLDER = Path("reproductions/full")
 
@@ -170,6 +170,34 @@ def test_a_committed_reproduction_comes_first_with_its_own_tables(resolved):
     assert t1["JOINT"]["no buffer ours"] == "82.00 ± 2.83 ≈" and t1["JOINT"]["no buffer paper"] == "82.98"
     own = section(text, "## This profile (params.yaml)")
     assert table(section(section(own, "### Table 1: Class-IL"), "#### mnist-360"))["er"]["B=200 ours"] == "51.00 ± 1.41"
+
+
+def test_every_accuracy_table_comes_before_any_cost(resolved):
+    """tables.md: the reproduction's accuracies, then this profile's, and no cost table anywhere; costs.md: each
+    profile's costs in the same order. The reproduction's headline carries ≈ and ours − paper too."""
+    reproduction()
+    check()
+    resolved["report"]["reproductions"] = ["reproductions/full"]
+    write_report(resolved, "results", PAPER)
+    text = tables_md()
+    headings = [ln for ln in text.splitlines() if ln.startswith("## ")]
+    assert headings == ["## Reproduction: MNIST-360 on full MNIST", "## This profile (params.yaml)"]
+    subsections = [ln for ln in text.splitlines() if ln.startswith("### ")]
+    assert subsections == ["### Headline: ER against the best baseline (Class-IL)", "### Data",
+                           "### Table 1: Class-IL / general continual accuracy",
+                           "### Headline: coca against the best baseline (Class-IL)", "### Data",
+                           "### Table 1: Class-IL", "### Table 3: ablation"]
+    assert "cost" not in " ".join(headings + subsections).lower() and "[costs.md](costs.md)" in text
+    head = table(section(section(text, "## Reproduction: MNIST-360 on full MNIST"),
+                         "### Headline: ER against the best baseline (Class-IL)"))["mnist-360"]
+    assert head["ER ours"] == "71.00 ± 1.41" and head["ER paper"] == "49.27" and head["ER ours − paper"] == "+21.73"
+    assert head["best baseline"] == "SGD (no buffer)" and head["baseline ours"] == "20.00 ± 1.41 ≈"   # the paper's 19.02
+    assert head["baseline ours − paper"] == "+0.98"
+    costs = costs_md()
+    assert [ln for ln in costs.splitlines() if ln.startswith("## ")] == headings
+    assert costs.index("`reproductions/full`") < costs.index("## This profile (params.yaml)")
+    rep_costs = section(section(costs, "## Reproduction: MNIST-360 on full MNIST"), "### Forgetting and cost per run")
+    assert "| 13,510  " in rep_costs and "13510.00" not in rep_costs                       # steps: a count
 
 
 def test_the_report_refuses_a_reproduction_edited_since_its_check(resolved):

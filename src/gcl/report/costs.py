@@ -1,0 +1,61 @@
+"""What each run cost and its method's own numbers, beside the accuracies: forgetting, SGD steps, train time and
+throughput per run, and the numeric method_metrics (e.g. CN-DPM's experts, iCaRL's exemplars)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from gcl.report.common import buffer_key
+from gcl.report.display import Display, fmt_count, fmt_number, markdown
+from gcl.report.summary import is_count, method_metric_columns
+
+RUN = ["benchmark", "method", "buffer"]
+
+COST_TEXT = (  # costs.md's legend, a line each
+    "Forgetting: mean over evaluation groups (tasks; digits on MNIST-360) of the best earlier accuracy minus the "
+    "final one.",
+    "Steps: SGD steps of the stream per seed (the settings' batch decides them: compare rows at equal steps).",
+    "Train seconds exclude evaluation; forgetting, train seconds and samples/s are means over seeds.",
+    "A count (steps, a method's own counts) prints as its value, or as its range over seeds where they differ; "
+    "any other number of a method's own as its mean over seeds.")
+
+
+def _in_order(agg: pd.DataFrame, display: Display) -> pd.DataFrame:
+    """Rows by benchmark, then in the tables' method order, then by buffer (none, 200, 500, ...)."""
+    order = {m: i for i, m in enumerate(display.sort(agg.method))}
+    return agg.sort_values(RUN, key=lambda col: col.map(order) if col.name == "method" else
+                           col.map(buffer_key) if col.name == "buffer" else col)
+
+
+def cost_table(summary: pd.DataFrame, display: Display) -> str:
+    agg = summary.groupby(RUN).agg(
+        seeds=("seed", "count"), forgetting=("forgetting", "mean"), steps_low=("steps", "min"),
+        steps_high=("steps", "max"), train_seconds=("train_seconds", "mean"),
+        samples_per_second=("samples_per_second", "mean"), device=("device", "first")).reset_index()
+    agg = _in_order(agg, display)
+    shown = pd.DataFrame({
+        "benchmark": agg.benchmark, "method": agg.method.map(display.label), "buffer": agg.buffer,
+        "seeds": agg.seeds.map(fmt_count), "forgetting": agg.forgetting.map(fmt_number),
+        "steps": [fmt_count(lo, hi) for lo, hi in zip(agg.steps_low, agg.steps_high)],
+        "train seconds": agg.train_seconds.map(fmt_number), "samples/s": agg.samples_per_second.map(fmt_number),
+        "device": agg.device})
+    return markdown(shown)
+
+
+def method_metrics_table(summary: pd.DataFrame, display: Display) -> str | None:
+    """Each method's own numeric metrics per run: a count as its value (or range over seeds), another number as
+    its mean over seeds; None where no method reports one."""
+    cols = method_metric_columns(summary)
+    if not cols:
+        return None
+    frame = summary.dropna(subset=cols, how="all")
+    grouped = frame.groupby(RUN)[cols]
+    low, high, mean = grouped.min(), grouped.max(), grouped.mean()
+    agg = _in_order(mean.reset_index()[RUN], display)
+    shown = pd.DataFrame({"benchmark": agg.benchmark, "method": agg.method.map(display.label), "buffer": agg.buffer})
+    keys = list(agg.itertuples(index=False, name=None))
+    for c in cols:
+        if is_count(summary[c]):
+            shown[c.split(".", 1)[1]] = [fmt_count(low.at[k, c], high.at[k, c]) for k in keys]
+        else:
+            shown[c.split(".", 1)[1]] = [fmt_number(mean.at[k, c]) for k in keys]
+    return markdown(shown)

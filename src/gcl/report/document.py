@@ -1,0 +1,147 @@
+"""The report's two documents, as a paper's results section and its appendix:
+
+- tables.md: the warnings, then every accuracy table: the committed reproductions' first (report.reproductions),
+  then this profile's; each profile's headline, data and the paper's tables.
+- costs.md: per profile, in the same order, what each run cost (forgetting, steps, time) and the methods' own
+  metrics.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import pandas as pd
+
+from gcl.report.costs import COST_TEXT, cost_table, method_metrics_table
+from gcl.report.display import WITHIN_STD_TEXT, Display, fmt_count
+from gcl.report.reproductions import read_verified
+from gcl.report.summary import ResolvedReport, environments
+from gcl.report.tables import HeadlineRow, headline, headline_table, table_section
+
+TABLES, COSTS = "tables.md", "costs.md"
+
+
+@dataclass(frozen=True, eq=False)
+class ProfileResults:
+    """One profile's results as the documents show them: this one's (params.yaml) or a committed reproduction's."""
+
+    resolved: ResolvedReport
+    summary: pd.DataFrame           # gcl.report.summary.COLUMNS
+    head: list[HeadlineRow]
+    folder: str = ""                # a reproduction's folder; '' for this profile
+
+    @cached_property
+    def display(self) -> Display:
+        return Display(self.resolved)
+
+    @property
+    def title(self) -> str:
+        """Its benchmarks' captions (their keys where a profile gives none)."""
+        return "; ".join(self.display.benchmark_label(b) or b for b in self.resolved.benchmarks)
+
+    @property
+    def benchmarks(self) -> list[str]:
+        """The benchmarks with runs, in params.yaml's order."""
+        return [b for b in self.resolved.benchmarks if b in set(self.summary.benchmark)]
+
+
+def profile_results(resolved: ResolvedReport, summary: pd.DataFrame, paper: pd.DataFrame,
+                    folder: str = "") -> ProfileResults:
+    return ProfileResults(resolved, summary, headline(summary, paper, Display(resolved)), folder)
+
+
+def read_reproduction(folder: str | Path, paper: pd.DataFrame) -> ProfileResults:
+    """One folder of `report.reproductions`, as check@reproductions verified it against its own dvc.lock
+    (gcl.report.reproductions: every seed of every run its params.yaml lists, once, nothing edited)."""
+    resolved, summary = read_verified(folder)
+    return profile_results(ResolvedReport.from_json(resolved), summary, paper, Path(folder).as_posix())
+
+
+def data_lines(profile: ProfileResults, h: str) -> str:
+    """Where each benchmark's numbers come from (caption, source, stream length) and the environments."""
+    out = [f"{h} Data\n"]
+    summary, display = profile.summary, profile.display
+    for b in profile.benchmarks:
+        source = profile.resolved.benchmarks[b].source
+        samples = summary.loc[summary.benchmark == b, "samples"].dropna() if "samples" in summary else pd.Series([])
+        stream = "" if samples.empty else f", {fmt_count(samples.min(), samples.max())} stream samples per seed"
+        out.append(f"- **{b}**: {display.benchmark_label(b) or source} (source `{source}`{stream})")
+    envs = environments(summary)
+    out.append("\nComputed on: " + "; ".join(envs) + (
+        ". **These results mix environments**: another CPU or torch build moves a run's numbers within seed "
+        "noise, so compare cells from one environment (summary.csv has each seed's)." if len(envs) > 1 else "."))
+    return "\n".join(out) + "\n\n"
+
+
+def accuracy_sections(profile: ProfileResults, paper: pd.DataFrame, h: str) -> str:
+    """One profile's accuracies: headline, data, the paper's tables. `h` is their heading level."""
+    resolved, display, settings = profile.resolved, profile.display, profile.resolved.settings
+    out = io.StringIO()
+    if profile.head:
+        main = display.label(settings.headline.method)
+        out.write(f"{h} Headline: {main} against the best baseline (Class-IL)\n\n"
+                  f"Best baseline: the method with the highest mean Class-IL at that buffer (or without a buffer), {main}'s own "
+                  f"variants and {', '.join(map(display.label, settings.headline.exclude)) or 'none'} left out. "
+                  "Ours − paper: our mean minus the paper's number.\n\n")
+        out.write(headline_table(profile.head) + "\n\n")
+    out.write(data_lines(profile, h))
+    for spec in settings.tables:
+        out.write(table_section(spec, resolved, profile.summary, paper, display, h))
+    return out.getvalue()
+
+
+def cost_sections(profile: ProfileResults, h: str) -> str:
+    """One profile's costs per run, then its methods' own metrics."""
+    out = f"{h} Forgetting and cost per run\n\n" + cost_table(profile.summary, profile.display) + "\n\n"
+    extra = method_metrics_table(profile.summary, profile.display)
+    if extra:
+        out += f"{h} Method-specific metrics\n\n" + extra + "\n\n"
+    return out
+
+
+def _profiles(this: ProfileResults, reproductions: list[ProfileResults]) -> list[tuple[str, str, ProfileResults]]:
+    """(section heading or '', heading level inside it, profile): the reproductions first, then this profile."""
+    if not reproductions:
+        return [("", "##", this)]
+    return [*((f"## Reproduction: {rep.title}", "###", rep) for rep in reproductions),
+            ("## This profile (params.yaml)", "###", this)]
+
+
+def render_tables(this: ProfileResults, paper: pd.DataFrame, warnings: list[str],
+                  reproductions: list[ProfileResults] = ()) -> str:
+    """tables.md: the warnings, then every profile's accuracy tables; costs are in costs.md."""
+    out = io.StringIO()
+    out.write("# Results: our numbers beside the paper's\n\n")
+    out.write(f"Mean ± std over seeds; accuracies in %. {WITHIN_STD_TEXT}. Generated by `dvc repro` (stage "
+              "`report`) from the runs params.yaml lists" + (" and the committed results of the profiles in "
+                                                             "`report.reproductions`" if reproductions else "") +
+              f"; do not edit by hand. What each run cost (forgetting, steps, time) and the methods' own metrics: "
+              f"[{COSTS}]({COSTS}).\n\n")
+    if warnings:
+        out.write("## Warnings\n\n" + "".join(f"- {w}\n" for w in warnings) + "\n")
+    for heading, h, profile in _profiles(this, list(reproductions)):
+        if heading:
+            out.write(heading + "\n\n")
+        if profile.folder:
+            out.write(f"Seeds {profile.resolved.seeds}. The results of another profile, run with `dvc repro` in a "
+                      f"workspace of its own and committed in `{profile.folder}` (its params.yaml, dvc.lock and "
+                      "results/); docs/running.md says how to regenerate them.\n\n")
+        else:
+            out.write(f"Seeds {profile.resolved.seeds}.\n\n")
+        out.write(accuracy_sections(profile, paper, h))
+    return out.getvalue().rstrip("\n") + "\n"
+
+
+def render_costs(this: ProfileResults, reproductions: list[ProfileResults] = ()) -> str:
+    """costs.md: per profile, in tables.md's order, the cost of each run and the methods' own metrics."""
+    out = io.StringIO()
+    out.write("# Costs: forgetting, steps, time and the methods' own metrics\n\n")
+    out.write(f"Per run: the runs whose accuracies [{TABLES}]({TABLES}) shows, in its order. Generated by `dvc repro` "
+              "(stage `report`); do not edit by hand.\n\n" + "".join(f"- {line}\n" for line in COST_TEXT) + "\n")
+    for heading, h, profile in _profiles(this, list(reproductions)):
+        if heading:
+            out.write(heading + "\n\n" + (f"Committed in `{profile.folder}`.\n\n" if profile.folder else ""))
+        out.write(cost_sections(profile, h))
+    return out.getvalue().rstrip("\n") + "\n"

@@ -1,0 +1,238 @@
+"""What the figures draw (gcl.report.figures) and `dvc plots` reads (CSV under results/plots/), from the runs'
+results; nothing is drawn here.
+
+Curves: accuracy after every task (average over the tasks seen so far, as the paper's evaluation) or, on
+MNIST-360 (no tasks), after every segment over all digits; mean over seeds. Confusion matrices and t-SNE
+embeddings of report.visualise's runs (first seed), and the sensitivity sweeps of report.sensitivity (the
+paper's Figure 4).
+"""
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from gcl.core.layout import run_dir
+from gcl.core.results import RunResult, SeedResult
+from gcl.report.common import ReportError
+from gcl.report.settings import ReportSettings, Sweep
+from gcl.report.summary import ResolvedReport
+
+# ---------------------------------------------------------------------------- curves
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One run's accuracy over the stream, mean over its seeds; one value for an offline method (JOINT)."""
+
+    benchmark: str
+    method: str
+    buffer: str          # "none" for a method without a buffer
+    has_tasks: bool      # values after each task (tasks seen so far), else after each stream segment
+    values: list[float]
+
+    @property
+    def name(self) -> str:
+        return f"{self.method}_{self.buffer}"
+
+
+def task_average_curve(acc_matrix: list[list[float]]) -> list[float]:
+    """Average accuracy over the tasks seen so far: row l of the accuracy matrix averaged over tasks 0..l.
+    A single row (an offline method such as JOINT, evaluated once after the whole stream) has seen every task."""
+    if len(acc_matrix) == 1:
+        return [sum(acc_matrix[0]) / len(acc_matrix[0])]
+    return [sum(row[:l + 1]) / (l + 1) for l, row in enumerate(acc_matrix)]
+
+
+def seed_curve(result: SeedResult, has_tasks: bool) -> list[float]:
+    if has_tasks and result.acc_matrix:
+        return task_average_curve(result.acc_matrix)
+    return list(result.curve)
+
+
+def mean_curve(cell: RunResult, has_tasks: bool) -> list[float]:
+    curves = [seed_curve(r, has_tasks) for r in cell.seeds.values()]
+    return [sum(v) / len(v) for v in zip(*curves)]
+
+
+def curves(cells: list[RunResult], resolved: ResolvedReport) -> list[Curve]:
+    """Every run's curve, in the order of `cells`."""
+    out = []
+    for c in cells:
+        tasks = resolved.has_tasks(c.benchmark)
+        out.append(Curve(c.benchmark, c.method, str(c.buffer), tasks, mean_curve(c, tasks)))
+    return out
+
+
+# ---------------------------------------------------------------------------- the visualised runs
+
+
+@dataclass(frozen=True)
+class Confusion:
+    """[true][predicted] counts of one run's first seed after the stream (Class-IL)."""
+
+    benchmark: str
+    method: str
+    buffer: str
+    seed: int
+    counts: np.ndarray
+
+    @property
+    def name(self) -> str:
+        return f"{self.method}_{self.buffer}"
+
+
+def first_seed(cell: RunResult) -> tuple[int, SeedResult]:
+    seed = min(cell.seeds)
+    return seed, cell.seeds[seed]
+
+
+def visualised(settings: ReportSettings, cells: list[RunResult]) -> tuple[str, list[RunResult]]:
+    """The cells report.visualise names as 'method/buffer', in that order (check@runs validated them)."""
+    spec = settings.visualise
+    if not spec:
+        return "", []
+    by_name = {(c.benchmark, f"{c.method}/{c.buffer}"): c for c in cells}
+    return spec.benchmark, [by_name[(spec.benchmark, n)] for n in spec.cells if (spec.benchmark, n) in by_name]
+
+
+def confusions(settings: ReportSettings, cells: list[RunResult]) -> list[Confusion]:
+    out = []
+    for c in visualised(settings, cells)[1]:
+        seed, result = first_seed(c)
+        out.append(Confusion(c.benchmark, c.method, str(c.buffer), seed, np.asarray(result.confusion, dtype=np.int64)))
+    return out
+
+
+@dataclass(frozen=True)
+class Embedding:
+    """2-d t-SNE of one run's final penultimate features of the evaluation images, and their classes."""
+
+    method: str
+    buffer: str
+    seed: int
+    xy: np.ndarray       # (images, 2)
+    labels: np.ndarray   # (images,)
+
+
+def degenerate(features: np.ndarray) -> str | None:
+    """Why t-SNE cannot embed these features (it crashed on such input), or None."""
+    if features.ndim != 2 or len(features) < 5:
+        return f"too few feature vectors ({features.shape})"
+    if not np.isfinite(features).all():
+        return "non-finite features"
+    if not np.any(features.std(axis=0) > 0):
+        return "all features identical (e.g. all zero)"
+    return None
+
+
+def embed_tsne(features: np.ndarray) -> np.ndarray:
+    """2-d t-SNE of one run's features (PCA start, fixed seed) on one OpenMP thread, whatever thread calls it."""
+    from sklearn.manifold import TSNE
+    perplexity = float(min(30, (len(features) - 1) / 3))
+    with threadpool_limits(1, user_api="openmp"):   # OpenMP's thread count is per calling thread
+        return TSNE(n_components=2, init="pca", perplexity=perplexity, random_state=0).fit_transform(features)
+
+
+def embeddings(cells: list[RunResult], warn: Callable[[str], None]) -> list[Embedding]:
+    """The t-SNE of each run's features.pt; runs whose features are missing or degenerate are skipped with a
+    warning."""
+    import torch
+    usable = []
+    for c in cells:
+        file = run_dir(c.run) / "features.pt"
+        if not file.exists():
+            warn(f"t-SNE: {file} is missing; {c.method}/{c.buffer} skipped")
+            continue
+        saved = torch.load(file, weights_only=True)
+        features = saved["features"].float().numpy()
+        why = degenerate(features)
+        if why:
+            warn(f"t-SNE: {file}: {why}; {c.method}/{c.buffer} skipped")
+            continue
+        usable.append((c, saved, features))
+    if not usable:
+        return []
+    # one embedding per thread, each on one OpenMP thread (and BLAS on one): faster than one at a time on all
+    # cores (its gradient's sums release the GIL), and the same floats on any machine (the order of a
+    # multi-threaded sum follows the cores)
+    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(min(len(usable), os.cpu_count() or 1)) as pool:
+        xys = list(pool.map(embed_tsne, [features for _, _, features in usable]))
+    return [Embedding(c.method, str(c.buffer), int(saved["seed"]), xy, saved["labels"].numpy())
+            for (c, saved, _), xy in zip(usable, xys)]
+
+
+# ---------------------------------------------------------------------------- the sensitivity sweeps
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    x: float             # the swept setting, as the run trained with it
+    mean: float          # Class-IL over seeds
+    std: float           # over seeds (0 for one seed)
+
+
+@dataclass(frozen=True)
+class SweepPanel:
+    sweep: Sweep                    # its parameter, axis label and marks (report.sensitivity.sweeps)
+    points: list[SweepPoint]        # by x
+
+
+def sweep_panels(settings: ReportSettings, cells: list[RunResult]) -> list[SweepPanel]:
+    """Class-IL against each swept setting of `report.sensitivity`, a panel per sweep ([] without one). The x
+    value is the setting each run trained with; a sweep naming a run or setting that does not exist is an error."""
+    spec = settings.sensitivity
+    if not spec:
+        return []
+    where = {(c.benchmark, c.method, str(c.buffer)): c for c in cells}
+    panels = []
+    for i, sweep in enumerate(spec.sweeps):
+        points = []
+        for method in sweep.methods:
+            cell = where.get((spec.benchmark, method, str(spec.buffer)))
+            if cell is None:
+                raise ReportError(f"report.sensitivity.sweeps[{i}]: no run {spec.benchmark}/{method}/{spec.buffer} "
+                                  "in runs; add its run or drop it from the sweep")
+            if sweep.parameter not in cell.run:
+                raise ReportError(f"report.sensitivity.sweeps[{i}].parameter: {method!r} has no setting "
+                                  f"{sweep.parameter!r} (`python -m gcl.describe` lists each method's settings)")
+            accs = np.array([r.class_il for r in cell.seeds.values()], dtype=float)
+            points.append(SweepPoint(cell.run[sweep.parameter], float(accs.mean()),
+                                     float(accs.std(ddof=1)) if len(accs) > 1 else 0.0))
+        panels.append(SweepPanel(sweep, sorted(points, key=lambda p: (p.x, p.mean, p.std))))
+    return panels
+
+
+# ---------------------------------------------------------------------------- dvc plots
+
+
+def write_plot_data(curves: list[Curve], confusions: list[Confusion], out: Path) -> list[Path]:
+    """plots/curves/<benchmark>/<method>_<buffer>.csv (evaluation, accuracy: mean over seeds) and
+    plots/confusion/<benchmark>/<method>_<buffer>.csv (actual, predicted: one line per test image of the
+    first seed) for `dvc plots show/diff` (dvc.yaml's `plots:`)."""
+    paths = []
+    for c in curves:
+        path = out / "curves" / c.benchmark / f"{c.name}.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["evaluation", "accuracy"])
+            for i, acc in enumerate(c.values, start=1):
+                w.writerow([i, f"{acc:.2f}"])
+        paths.append(path)
+    for c in confusions:
+        path = out / "confusion" / c.benchmark / f"{c.name}.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["actual", "predicted"])
+            for t, p in zip(*np.nonzero(c.counts)):
+                w.writerows([[int(t), int(p)]] * int(c.counts[t, p]))
+        paths.append(path)
+    return paths

@@ -1,0 +1,159 @@
+"""The report's inputs: the resolved report (resolved/runs/report.json, as check@runs writes it) read into typed
+values once, the runs' results that params.yaml lists, and the summary frame built from them (one row per seed of
+a run: results/summary.csv).
+
+It reads exactly the runs that params.yaml lists (never a glob of runs/), so removed runs cannot leak into the
+tables; a run folder on disk that params.yaml no longer lists is found by `stale_runs`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from gcl.core.layout import run_dir
+from gcl.core.results import RunResult
+from gcl.report.common import ReportError
+from gcl.report.settings import ReportSettings
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One benchmark of the resolved report (its caption is a report setting: Display.benchmark_label)."""
+
+    name: str
+    source: str          # the data source's key, e.g. mnist-bundled
+    kind: str            # mnist-360 | sequential | ...
+    has_tasks: bool      # False on MNIST-360: no Task-IL, curves over stream segments instead of tasks
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A method's registered display defaults (its class's algorithm, optional label and paper row)."""
+
+    algorithm: str | None = None      # None: the algorithm its runs name
+    label: str | None = None
+    paper_row: str | None = None
+
+
+@dataclass(frozen=True)
+class ResolvedReport:
+    """resolved/runs/report.json (gcl.config.resolve_report) as the report reads it: the report settings typed,
+    the benchmarks and registered methods typed, the runs as their flat settings (benchmark, method, buffer,
+    algorithm and the method's own settings, which differ per method)."""
+
+    seeds: list[int]
+    benchmarks: dict[str, Benchmark]       # in params.yaml's order
+    methods: dict[str, Registered]         # in params.yaml's order
+    runs: dict[str, dict]                  # run key -> its flat settings, in params.yaml's order
+    caveats: dict[str, str]                # run key -> what it measures besides its method's name (a table note)
+    settings: ReportSettings
+
+    @classmethod
+    def from_json(cls, data: dict) -> ResolvedReport:
+        benchmarks = {name: Benchmark(name, b["source"], b.get("kind", ""), bool(b.get("has_tasks")))
+                      for name, b in data["benchmarks"].items()}
+        methods = {name: Registered(m.get("algorithm"), m.get("label"), m.get("paper_row"))
+                   for name, m in (data.get("methods") or {}).items()}
+        return cls(list(data["seeds"]), benchmarks, methods, dict(data["runs"]), dict(data.get("caveats") or {}),
+                   ReportSettings.model_validate(data.get("report") or {}))
+
+    def has_tasks(self, benchmark: str) -> bool:
+        b = self.benchmarks.get(benchmark)
+        return bool(b and b.has_tasks)
+
+
+def load_cells(resolved: ResolvedReport) -> list[RunResult]:
+    """Each run's metrics.json, in the order params.yaml lists the runs."""
+    cells = []
+    for key, run in resolved.runs.items():
+        path = run_dir(run) / "metrics.json"
+        if not path.exists():
+            raise ReportError(f"{path} (run {key}) is missing: run `dvc repro` so its train stage runs first")
+        cells.append(RunResult.from_json(json.loads(path.read_text())))
+    return cells
+
+
+def stale_runs(resolved: ResolvedReport, root: str | Path = "runs") -> list[str]:
+    """Run folders on disk (runs/<benchmark>/<method>/<buffer>/metrics.json) that params.yaml does not list."""
+    listed = {run_dir(r) for r in resolved.runs.values()}
+    found = sorted(p.parent for p in Path(root).glob("*/*/*/metrics.json"))
+    return [p.as_posix() for p in found if p not in listed]
+
+
+ENVIRONMENT = ("torch", "device", "threads", "precision", "compiled")   # a seed's environment: the env_* columns
+
+# The summary frame (results/summary.csv; a committed reproduction's results/summary.csv reads back the same):
+COLUMNS = {
+    "benchmark": "the benchmark's key",
+    "method": "the method's key (a configuration of an algorithm)",
+    "buffer": "the buffer size as text, 'none' for a method without a buffer",
+    "seed": "the seed",
+    "class_il": "Class-IL accuracy (%) after the stream",
+    "task_il": "Task-IL accuracy (%); empty on a benchmark without tasks",
+    "forgetting": "mean drop from a group's best earlier accuracy to its last; empty for an offline method",
+    "steps": "SGD steps of the stream (a count)",
+    "samples": "stream samples seen (a count)",
+    "train_seconds": "wall time of the training steps, evaluations excluded",
+    "samples_per_second": "stream samples per train second",
+    "device": "cpu | cuda",
+    **{f"env_{k}": f"the seed's environment: {k}" for k in ENVIRONMENT},
+    "method_metrics.<name>": "a method's own numbers (e.g. CN-DPM's experts); a count where every value is whole",
+}
+NUMERIC = ("class_il", "task_il", "forgetting", "steps", "samples", "train_seconds", "samples_per_second")
+COUNTS = ("steps", "samples")
+METHOD_METRIC = "method_metrics."
+
+
+def summary_frame(cells: list[RunResult]) -> pd.DataFrame:
+    """One row per (benchmark, method, buffer, seed), the columns of COLUMNS; counts (steps, samples, a method's
+    whole-numbered metrics) as integers, empty where a seed has none."""
+    rows = []
+    for c in cells:
+        for seed, r in c.seeds.items():
+            row = {"benchmark": c.benchmark, "method": c.method, "buffer": str(c.buffer),
+                   "seed": seed, "class_il": r.class_il, "task_il": r.task_il,
+                   "forgetting": r.forgetting, "steps": r.steps, "samples": r.samples,
+                   "train_seconds": r.train_seconds, "samples_per_second": r.samples_per_second,
+                   "device": c.device}
+            env = r.environment or {"torch": c.torch, "threads": c.threads}   # older results
+            row.update({f"env_{k}": env.get(k) for k in ENVIRONMENT})
+            for k, v in r.method_metrics.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    row[f"{METHOD_METRIC}{k}"] = v
+            rows.append(row)
+    frame = pd.DataFrame(rows)
+    for col in NUMERIC:
+        frame[col] = pd.to_numeric(frame[col])
+    for col in [*COUNTS, *method_metric_columns(frame)]:
+        if is_count(frame[col]):
+            frame[col] = frame[col].astype("Int64")   # 200, not 200.0, where some seeds have none
+    return frame
+
+
+def method_metric_columns(summary: pd.DataFrame) -> list[str]:
+    return [c for c in summary.columns if c.startswith(METHOD_METRIC)]
+
+
+def is_count(values: pd.Series) -> bool:
+    """Whether a numeric column holds whole numbers only (a count: steps, a buffer's size, experts)."""
+    present = pd.to_numeric(values, errors="coerce").dropna()
+    return bool(len(present)) and bool((present == present.round()).all())
+
+
+def environments(rows: pd.DataFrame) -> list[str]:
+    """The distinct environments of these summary rows, in words, most seeds first."""
+    envs = rows.reindex(columns=[f"env_{k}" for k in ENVIRONMENT])
+    envs["env_compiled"] = envs["env_compiled"].astype(object).fillna("eager")   # results from before compiled backbones
+    counts = envs.fillna("?").astype(str).value_counts()
+    return [f"torch {t}, {d}, {n} thread(s), {p}{'' if m == 'eager' else ', compiled (' + m + ')'} ({c} seeds)"
+            for (t, d, n, p, m), c in counts.items()]
+
+
+def stats(summary: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """mean and std (0 for one seed) of `metric` per (benchmark, method, buffer)."""
+    s = summary.groupby(["benchmark", "method", "buffer"])[metric].agg(["mean", "std", "count"]).reset_index()
+    s["std"] = s["std"].fillna(0.0)
+    return s
