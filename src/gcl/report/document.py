@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from gcl.report.comparison import comparison_section
 from gcl.report.costs import COST_TEXT, cost_table, method_metrics_table
 from gcl.report.display import WITHIN_STD_TEXT, Display, fmt_count
 from gcl.report.reproductions import read_verified
@@ -89,6 +90,8 @@ def accuracy_sections(profile: ProfileResults, paper: pd.DataFrame, h: str) -> s
     out.write(data_lines(profile, h))
     for spec in settings.tables:
         out.write(table_section(spec, resolved, profile.summary, paper, display, h))
+    for spec in settings.comparisons:
+        out.write(comparison_section(spec, profile.summary, display, h))
     return out.getvalue()
 
 

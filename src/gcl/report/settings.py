@@ -85,6 +85,17 @@ class Headline(Settings):
     task_paper_table: str = Field("table2_task_il", description="reference table of its Task-IL paper numbers")
 
 
+class Comparison(Settings):
+    """A method against the best of others on one benchmark, per buffer, with a confidence interval (Welch)."""
+
+    benchmark: str = Field(description="the benchmark compared on")
+    method: str = Field("coca", description="the method compared")
+    against: list[str] = Field(min_length=1, description="the others; at each buffer the best of them by mean")
+    metric: Literal["class_il", "task_il"] = Field("class_il", description="the accuracy compared")
+    title: str = Field("", description="the section's heading (default: says what is compared)")
+    text: str = Field("", description="a paragraph under the heading (e.g. how the settings were chosen)")
+
+
 MAX_LINES = 8   # lines per curve panel; more are unreadable
 
 
@@ -116,6 +127,8 @@ class ReportSettings(Settings):
     tables: list[TableSpec] = Field(default_factory=_default_tables, description="the tables, in order")
     headline: Headline = Field(default_factory=Headline, description="the top of tables.md and results/metrics.json")
     curves: Curves = Field(default_factory=Curves, description="how the accuracy curves are grouped into panels")
+    comparisons: list[Comparison] = Field([], description="a method against the best of others per buffer: the "
+                                                          "difference and its 95% interval (Welch), with a verdict")
     reproductions: list[str] = Field([], description="folders holding another profile's committed results (its "
                                                      "params.yaml, dvc.lock and results/), verified against that "
                                                      "dvc.lock (stage check@reproductions) and shown first in tables.md")

@@ -1,0 +1,112 @@
+"""A method against the best of a set of others, per buffer, decided with a confidence interval: the difference
+of the mean accuracies over seeds, its Welch interval (unequal variances, Welch-Satterthwaite degrees of
+freedom, as scipy's `ttest_ind(equal_var=False)` gives it), and a verdict in words: a win or a loss where the interval
+excludes 0, a tie where it holds it (report.comparisons)."""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+from scipy import stats
+
+from gcl.report.common import ReportError
+from gcl.report.display import Display, buffer_text, fmt_mean_std, markdown
+from gcl.report.settings import Comparison
+
+LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class Difference:
+    """mean(a) − mean(b) and its confidence interval [low, high] at LEVEL; `df`: the Welch degrees of freedom."""
+
+    estimate: float
+    low: float
+    high: float
+    df: float
+
+    @property
+    def verdict(self) -> str:
+        return "wins" if self.low > 0 else "loses" if self.high < 0 else "ties"
+
+
+def welch_difference(a: Sequence[float], b: Sequence[float]) -> Difference:
+    """The Welch t interval of mean(a) − mean(b); each side needs two seeds or more."""
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"an interval needs at least 2 seeds on each side (got {len(a)} and {len(b)})")
+    a, b = pd.Series(a, dtype=float), pd.Series(b, dtype=float)
+    estimate = float(a.mean() - b.mean())
+    va, vb = a.var() / len(a), b.var() / len(b)          # each mean's squared standard error
+    if va + vb == 0:                                      # both sides constant: the difference is exact
+        return Difference(estimate, estimate, estimate, math.inf)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = float(stats.t.ppf(0.5 + LEVEL / 2, df)) * math.sqrt(va + vb)
+    return Difference(estimate, estimate - half, estimate + half, float(df))
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    buffer: str
+    main: pd.Series        # the main method's accuracy, one value per seed
+    best: str              # the other method with the highest mean at this buffer
+    other: pd.Series
+    difference: Difference
+
+
+def comparison_rows(spec: Comparison, summary: pd.DataFrame) -> list[ComparisonRow]:
+    """Per buffer where the main method ran on the benchmark: the best of `spec.against` there (by mean) and the
+    difference. Refuses where a method named has no run at that buffer (a comparison with a method missing would
+    read as a win)."""
+    on = summary[summary.benchmark == spec.benchmark]
+    rows = []
+    for buffer in dict.fromkeys(on[on.method == spec.method].buffer):
+        at = on[on.buffer == buffer]
+        absent = [m for m in spec.against if m not in set(at.method)]
+        if absent:
+            raise ReportError(f"report.comparisons: {absent} have no run on {spec.benchmark} at buffer {buffer}, where "
+                              f"{spec.method} ran; add the runs or drop them from `against`")
+        per_method = {m: at.loc[at.method == m, spec.metric].astype(float).reset_index(drop=True)
+                      for m in [spec.method, *spec.against]}
+        best = max(spec.against, key=lambda m: per_method[m].mean())
+        rows.append(ComparisonRow(str(buffer), per_method[spec.method], best, per_method[best],
+                                  welch_difference(per_method[spec.method], per_method[best])))
+    return rows
+
+
+def _verdicts(rows: list[ComparisonRow], main: str) -> str:
+    """The outcome in words, e.g. 'CoCa wins at B=500 and B=1000 and ties at B=200.'"""
+    parts = []
+    for verdict in ("wins", "ties", "loses"):
+        at = [buffer_text(r.buffer) for r in rows if r.difference.verdict == verdict]
+        if at:
+            parts.append(f"{verdict} at {' and '.join(at) if len(at) < 3 else ', '.join(at[:-1]) + ' and ' + at[-1]}")
+    return f"{main} " + "; ".join(parts) + "."
+
+
+def comparison_section(spec: Comparison, summary: pd.DataFrame, display: Display, h: str) -> str:
+    rows = comparison_rows(spec, summary)
+    if not rows:
+        return ""
+    main = display.label(spec.method)
+    table = pd.DataFrame([{
+        "buffer": r.buffer,
+        f"{main} (seeds)": f"{fmt_mean_std(r.main.mean(), r.main.std())} ({len(r.main)})",
+        "best other": display.label(r.best),
+        "its mean (seeds)": f"{fmt_mean_std(r.other.mean(), r.other.std())} ({len(r.other)})",
+        f"{main} − best": f"{r.difference.estimate:+.2f}",
+        f"{LEVEL:.0%} interval (Welch)": f"[{r.difference.low:+.2f}, {r.difference.high:+.2f}]",
+        "verdict": r.difference.verdict,
+    } for r in rows])
+    metric = {"class_il": "Class-IL", "task_il": "Task-IL"}[spec.metric]
+    others = ", ".join(display.label(m) for m in spec.against)
+    out = [f"{h} {spec.title or f'{main} against the best of {others}'} ({spec.benchmark}, {metric})\n"]
+    if spec.text:
+        out.append(spec.text + "\n")
+    out.append(f"Per buffer, {main}'s mean minus that of the best of {others} there (by mean), with the "
+               f"{LEVEL:.0%} confidence interval of the difference (Welch: unequal variances); a win or a loss where "
+               "the interval excludes 0, a tie where it holds it.\n")
+    out.append(markdown(table) + "\n")
+    out.append(_verdicts(rows, main) + "\n\n")
+    return "\n".join(out)

@@ -1,0 +1,84 @@
+"""report.comparisons: a method against the best of others per buffer, with the Welch interval of the difference."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from scipy import stats
+
+from gcl.report.common import ReportError
+from gcl.report.comparison import comparison_rows, comparison_section, welch_difference
+from gcl.report.display import Display
+from gcl.report.settings import Comparison, ReportSettings
+from gcl.report.summary import ResolvedReport
+
+
+def test_interval_by_hand_with_one_constant_side():
+    # b is constant, so the interval is a's one-sample t interval shifted by 1: df 3, t(0.975, 3) = 3.182446
+    d = welch_difference([1.0, 2.0, 3.0, 4.0], [1.0, 1.0, 1.0, 1.0])
+    half = 3.182446 * math.sqrt((5 / 3) / 4)
+    assert d.estimate == pytest.approx(1.5)
+    assert d.df == pytest.approx(3.0)
+    assert (d.low, d.high) == pytest.approx((1.5 - half, 1.5 + half), abs=1e-5)
+    assert d.verdict == "ties"
+
+
+def test_interval_by_the_welch_satterthwaite_formula():
+    a, b = [10.0, 11.0, 12.0], [1.0, 2.0, 3.0, 4.0, 5.0]
+    va, vb = 1.0 / 3, 2.5 / 5                        # sample variance / n
+    df = (va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 4)
+    half = stats.t.ppf(0.975, df) * math.sqrt(va + vb)
+    d = welch_difference(a, b)
+    assert d.df == pytest.approx(df)
+    assert (d.estimate, d.low, d.high) == pytest.approx((8.0, 8.0 - half, 8.0 + half))
+    assert d.verdict == "wins" and welch_difference(b, a).verdict == "loses"
+    interval = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)   # scipy's own Welch test agrees
+    assert (d.low, d.high) == pytest.approx((interval.low, interval.high))
+
+
+def test_interval_needs_two_seeds_a_side_and_is_exact_for_constants():
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        welch_difference([1.0], [1.0, 2.0])
+    d = welch_difference([3.0, 3.0], [1.0, 1.0])
+    assert (d.low, d.high, d.verdict) == (2.0, 2.0, "wins")
+
+
+def summary(cells: dict[tuple[str, str], list[float]]) -> pd.DataFrame:
+    return pd.DataFrame([{"benchmark": "mnist-360", "method": m, "buffer": b, "seed": s, "class_il": acc}
+                         for (m, b), accs in cells.items() for s, acc in enumerate(accs)])
+
+
+CELLS = {("coca", "200"): [60.0, 61.0, 62.0], ("er", "200"): [50.0, 52.0, 51.0], ("clser", "200"): [61.0, 63.0, 62.0],
+         ("coca", "500"): [80.0, 81.0, 82.0], ("er", "500"): [70.0, 71.0, 72.0], ("clser", "500"): [75.0, 76.0, 74.0]}
+
+
+def display() -> Display:
+    data = {"seeds": [0, 1, 2], "benchmarks": {"mnist-360": {"source": "mnist", "kind": "mnist-360", "has_tasks": False}},
+            "methods": {"coca": {"label": "CoCa"}, "er": {"label": "ER"}, "clser": {"label": "CLS-ER"}},
+            "runs": {}, "caveats": {}, "report": {}}
+    return Display(ResolvedReport.from_json(data))
+
+
+def test_the_best_other_by_mean_at_each_buffer():
+    spec = Comparison(benchmark="mnist-360", method="coca", against=["er", "clser"])
+    rows = comparison_rows(spec, summary(CELLS))
+    assert [(r.buffer, r.best, r.difference.verdict) for r in rows] == [("200", "clser", "ties"), ("500", "clser", "wins")]
+    assert rows[0].difference.estimate == pytest.approx(-1.0)
+    text = comparison_section(spec, summary(CELLS), display(), "###")
+    assert "CoCa wins at B=500; ties at B=200." in text
+    assert "| 200 " in text and "CLS-ER" in text and "61.00 ± 1.00 (3)" in text and "[" in text
+
+
+def test_a_method_missing_at_a_buffer_is_refused_not_skipped():
+    cells = {k: v for k, v in CELLS.items() if k != ("clser", "500")}
+    spec = Comparison(benchmark="mnist-360", method="coca", against=["er", "clser"])
+    with pytest.raises(ReportError, match=r"\['clser'\] have no run on mnist-360 at buffer 500"):
+        comparison_rows(spec, summary(cells))
+
+
+def test_comparisons_are_a_report_setting():
+    settings = ReportSettings.model_validate({"comparisons": [{"benchmark": "mnist-360", "against": ["er"]}]})
+    assert settings.comparisons[0].method == "coca"
+    with pytest.raises(Exception):
+        ReportSettings.model_validate({"comparisons": [{"benchmark": "mnist-360", "against": []}]})
