@@ -291,3 +291,25 @@ def test_a_stage_refuses_a_resolved_file_that_params_yaml_has_moved_past(tmp_pat
     with pytest.raises(ParamsError, match=r"runs.m-er-200: device, lr changed in params.yaml since check@runs .*"
                                           r"`dvc repro train@m-er-200` \(without -s"):
         read_current(path, resolve_run(p, "m-er-200"), "runs.m-er-200", "train@m-er-200")
+
+
+def test_the_data_stages_read_their_resolved_settings_back(tmp_path):
+    """prepare@ reads its source's settings back typed; benchmark@ its benchmark's data settings (as JSON, which
+    build_benchmark validates as the kind's Data); either refuses a file params.yaml has moved past."""
+    from gcl.config import read_current, resolve_benchmark, resolve_source
+    from gcl.core.atomic import write_json
+    from gcl.data.benchmarks import data_settings
+    from gcl.data.sources import SOURCES
+    p = params()
+    resolved = check_data(p)
+    path = tmp_path / "resolved" / "data" / "sources" / "mnist-bundled.json"
+    write_json(path, resolved["sources"]["mnist-bundled"])
+    source = read_current(path, resolve_source(p, "mnist-bundled"), "sources.mnist-bundled", "prepare@mnist-bundled")
+    assert type(source) is SOURCES["mnist-bundled"].Settings and source.train_per_class == 400
+    path = tmp_path / "resolved" / "data" / "benchmarks" / "seq.json"
+    write_json(path, {"data": resolved["benchmarks"]["seq"]["data"]})
+    data = read_current(path, {"data": resolve_benchmark(p, "seq")["data"]}, "benchmarks.seq", "benchmark@seq")["data"]
+    assert data_settings(data) == resolve_benchmark(p, "seq")["data"] and data_settings(data).n_tasks == 5
+    p["benchmarks"]["seq"]["normalize"] = False
+    with pytest.raises(ParamsError, match=r"benchmarks.seq: data.normalize changed in params.yaml since check@data"):
+        read_current(path, {"data": resolve_benchmark(p, "seq")["data"]}, "benchmarks.seq", "benchmark@seq")

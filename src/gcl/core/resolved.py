@@ -32,20 +32,12 @@ def _flat(tree: dict, prefix: str = "") -> dict:
     return out
 
 
-def _read_as(current, value):
-    """The JSON `value` read back in `current`'s types: a settings model validated, a mapping key by key."""
-    if isinstance(current, BaseModel):
-        return type(current).model_validate(value)
-    if isinstance(current, dict) and isinstance(value, dict):
-        return {k: _read_as(current[k], v) if k in current else v for k, v in value.items()}
-    return value
-
-
 def read_current(path: Path, current, block: str, stage: str):
-    """The file a check@ stage wrote for `stage`, read back in the types of `current` (the stage's settings resolved
-    from params.yaml just now: a settings model, or a mapping of them), refused when it no longer says what
-    params.yaml says now (`block`: where they are, for the message), as after `dvc repro -s <stage>` following an
-    edit, which skips the check@ stage that resolves it. So a stage never runs on settings params.yaml no longer has."""
+    """The file a check@ stage wrote for `stage`, refused when it no longer says what params.yaml says now (`current`:
+    the stage's settings resolved from params.yaml just now, a settings model or a mapping; `block`: where they are,
+    for the message), as after `dvc repro -s <stage>` following an edit, which skips the check@ stage that resolves
+    it. So a stage never runs on settings params.yaml no longer has. Read back as `current`'s model where it is one
+    (model_validate), else as its JSON."""
     resolved = read_resolved(path)
     current_json = to_jsonable_python(current)       # as the file stores it (tuples as lists)
     now = _flat(current_json)
@@ -57,4 +49,4 @@ def read_current(path: Path, current, block: str, stage: str):
         raise ParamsError(f"{block}: {shown} changed in params.yaml since {check} resolved the settings this "
                           f"stage reads ({path}): run `dvc repro {stage}` (without -s: {check} runs first), or "
                           f"`dvc repro {check}` and then this stage")
-    return _read_as(current, resolved)
+    return type(current).model_validate(resolved) if isinstance(current, BaseModel) else resolved

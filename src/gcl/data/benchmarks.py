@@ -25,8 +25,21 @@ class BenchmarkError(UserError, RuntimeError):
     """A benchmark file is missing or does not match its configuration."""
 
 
-def build_benchmark(data: DataSettings, source: dict, out_dir: str | Path) -> Path:
-    """Build the benchmark of data settings `data` from a prepared source, and write `<out_dir>/benchmark.pt`."""
+def data_settings(data: DataSettings | dict) -> DataSettings:
+    """A benchmark's data settings, typed: as they are, or read back from their JSON (resolved/data/benchmarks/
+    <name>.json's `data`, which the benchmark stage hands over) as their kind's Data."""
+    if isinstance(data, DataSettings):
+        return data
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind not in KINDS:
+        raise BenchmarkError(f"data settings of an unknown benchmark kind {kind!r}; known kinds: {sorted(KINDS)}")
+    return KINDS[kind].Data.model_validate(data)
+
+
+def build_benchmark(data: DataSettings | dict, source: dict, out_dir: str | Path) -> Path:
+    """Build the benchmark of data settings `data` (data_settings) from a prepared source, and write
+    `<out_dir>/benchmark.pt`."""
+    data = data_settings(data)
     bench = KINDS[data.kind].build(source, data)
     bench["config"] = data.model_dump(mode="json")
     out = Path(out_dir) / "benchmark.pt"
