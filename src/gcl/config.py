@@ -1,18 +1,19 @@
 """params.yaml: validation before any work, and the resolved settings each stage reads.
 
-Every block is checked against its declaration (gcl.core.settings): the top level here, a source's in
-gcl.data.sources, a benchmark kind's in gcl.data.benchmarks, a method's in its own module. The
-`check@data` stage resolves the sources and benchmarks, `check@runs` the runs and the report; each
-writes one small JSON file per entry under resolved/, and every other stage depends on its own file
-only. So a changed caption re-runs the report alone, a changed thread count nothing, and a typo in
-a run stops `dvc repro` before any training (data preparation does not depend on the runs).
+Every block is checked against its declaration (gcl.core.settings): the top level and a run's own keys here, a
+source's where its reader is registered (gcl.data.sources), a benchmark kind's in the module that implements it
+(gcl.data.benchmark_registry), a method's in its own module; a run resolves into a typed ResolvedRun
+(gcl.training.spec), whose JSON form is its file under resolved/. The `check@data` stage resolves the sources
+and benchmarks, `check@runs` the runs and the report; each writes one small JSON file per entry under resolved/,
+and every other stage depends on its own file only. So a changed caption re-runs the report alone, a changed
+thread count nothing, and a typo in a run stops `dvc repro` before any training (data preparation does not
+depend on the runs).
 """
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import yaml
 from pydantic import AfterValidator, Field, field_validator
@@ -24,6 +25,10 @@ from gcl.core.resolved import read_current, read_resolved  # noqa: F401  (the st
 from gcl.core.settings import ParamsError, Settings, derived_model, validate
 from gcl.core.devices import DEVICE_PATTERN
 from gcl.report.settings import ReportSettings
+
+if TYPE_CHECKING:   # imported where they are used, as the registries are
+    from gcl.data.benchmark_registry import BenchmarkSettings
+    from gcl.training.spec import ResolvedRun
 
 
 def _distinct_seeds(seeds: list[int]) -> list[int]:
@@ -123,7 +128,7 @@ def resolve_source(params: dict, name: str) -> Settings:
     return validate(SOURCES[name].Settings, params["sources"][name], f"sources.{name}")
 
 
-def benchmark_settings(params: dict, name: str):
+def benchmark_settings(params: dict, name: str) -> BenchmarkSettings:
     """Benchmark `name`'s block, validated as its kind's settings (gcl.data.benchmark_registry)."""
     from gcl.data.benchmarks import KINDS, MOVED_FIELDS
     block, where = params["benchmarks"].get(name), f"benchmarks.{name}"
@@ -186,7 +191,7 @@ def method_block(params: dict, method: str):
     return cls, shared
 
 
-def resolve_run(params: dict, key: str, top: TopLevel | None = None):
+def resolve_run(params: dict, key: str, top: TopLevel | None = None) -> ResolvedRun:
     """One run, fully resolved (gcl.training.spec.ResolvedRun): its flat settings (benchmark, method, buffer,
     algorithm, the method's settings), its benchmark's training settings (epochs and width possibly set by the
     run) and data settings, its seeds and device. Method settings come from the class defaults, then
@@ -225,7 +230,7 @@ def resolve_run(params: dict, key: str, top: TopLevel | None = None):
                        seeds=block.seeds if block.seeds is not None else top.seeds, device=top.device)
 
 
-def resolve_report(params: dict, runs: dict | None = None) -> dict:
+def resolve_report(params: dict, runs: dict[str, ResolvedRun] | None = None) -> dict:
     """What the report reads (JSON, resolved/runs/report.json): the runs (flat), the benchmarks' display settings,
     seeds, the methods' registered display defaults (algorithm, and a class's `label` / `paper_row`), the runs'
     caveats (Method.caveat) and the report block.
