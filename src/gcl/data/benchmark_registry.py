@@ -125,9 +125,11 @@ class BenchmarkSettings(Settings):
     # ------------------------------------------------------------------ the groups
 
     def data(self) -> DataSettings:
+        """The data group: what benchmark@ builds the file from (resolved/data/benchmarks/<name>.json)."""
         return self.Data.model_validate(self.model_dump(include=set(self.Data.model_fields)))
 
     def training(self) -> TrainingSettings:
+        """The training group, with `kind`: what a run trains with (a resolved run's `benchmark`)."""
         return self.Training.model_validate(self.model_dump(include=set(self.Training.model_fields)))
 
     # ------------------------------------------------------------------ the hooks a kind implements
