@@ -29,11 +29,11 @@ def paper():
 def short_batches(counts: list[int], data: dict, batch: int, epochs: int) -> list[int]:
     """The sizes of the batches shorter than `batch` (each pass's last), in stream order, on a sequential stream
     of these class counts (built from labels alone: no images needed)."""
-    classes = data["n_tasks"] * data["classes_per_task"]
+    classes = data.n_tasks * data.classes_per_task
     labels = torch.arange(classes).repeat_interleave(torch.tensor(counts[:classes]))
-    bench = {"train_task": labels // data["classes_per_task"], "n_tasks": data["n_tasks"], "train_x": labels,
-             "train_y": labels, "classes_per_task": data["classes_per_task"]}
-    stream = sequential.build_stream(bench, {"epochs": epochs}, batch, torch.Generator().manual_seed(0))
+    bench = {"train_task": labels // data.classes_per_task, "n_tasks": data.n_tasks, "train_x": labels,
+             "train_y": labels, "classes_per_task": data.classes_per_task}
+    stream = sequential.build_stream(bench, epochs, batch, torch.Generator().manual_seed(0))
     sizes = [stream.bounds[i + 1] - stream.bounds[i] for i in range(stream.steps)]
     return [n for n in sizes if n != batch]
 
@@ -44,11 +44,11 @@ def test_every_pass_ends_with_a_batch_of_its_real_size(paper):
     params, dry = paper
     for key, run in dry["runs"].items():
         spec = resolve_run(params, key)
-        source = spec["data"]["source"]
+        source = spec.data.source
         real, cut = SOURCE_SHAPES[source].counts("train"), dry["sources"][f"random-{source}"]["train_per_class"]
-        batch, epochs = spec["run"]["batch"], min(spec["benchmark"]["epochs"], 2)
-        if spec["data"]["kind"] == "sequential":
-            assert short_batches(cut, spec["data"], batch, epochs) == short_batches(real, spec["data"], batch, epochs), key
+        batch, epochs = spec.run.batch, min(spec.benchmark.epochs, 2)
+        if spec.data.kind == "sequential":
+            assert short_batches(cut, spec.data, batch, epochs) == short_batches(real, spec.data, batch, epochs), key
         else:
             for n_real, n_cut in zip(real[:9], cut[:9]):
                 lengths = [[end - start for start, end in chunk_bounds(n)] for n in (n_real, n_cut)]
