@@ -1,13 +1,10 @@
 """Stage benchmark@<name>: turn a prepared source into a benchmark on disk."""
-from gcl.warm import warm_start
-warm_start()   # first: a warm process runs this script when one is available (gcl.warm)
+import sys
 
-import sys  # noqa: E402
-
-from gcl.config import load_params, read_current, resolve_benchmark  # noqa: E402
-from gcl.core.layout import benchmark_file, resolved_benchmark, source_file  # noqa: E402
-from gcl.data.benchmarks import build_benchmark  # noqa: E402
-from gcl.data.sources import load_source  # noqa: E402
+from gcl.config import load_params, read_current, resolve_benchmark
+from gcl.core.layout import benchmark_file, resolved_benchmark, source_file
+from gcl.data.benchmarks import build_benchmark
+from gcl.data.sources import load_source
 
 
 def main() -> None:

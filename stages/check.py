@@ -9,16 +9,13 @@ so the file is validated on every `dvc repro` that follows an edit; the files th
 setting changed, so only the stages that read a changed setting re-run. Each run's file also carries the
 digest of the code its train stage runs (gcl.core.layout.TRAIN_CODE): a code change re-runs every train stage.
 """
-from gcl.warm import warm_start
-warm_start()   # first: a warm process runs this script when one is available (gcl.warm)
+import sys
 
-import sys  # noqa: E402
-
-from gcl.config import check_data, check_reproductions, check_runs, load_params  # noqa: E402
-from gcl.core.atomic import write_json  # noqa: E402
-from gcl.core.fingerprint import train_code_digest  # noqa: E402
-from gcl.core.layout import resolved_benchmark, resolved_report, resolved_run, resolved_source  # noqa: E402
-from gcl.report.reproductions import VERIFIED  # noqa: E402
+from gcl.config import check_data, check_reproductions, check_runs, load_params
+from gcl.core.atomic import write_json
+from gcl.core.fingerprint import train_code_digest
+from gcl.core.layout import resolved_benchmark, resolved_report, resolved_run, resolved_source
+from gcl.report.reproductions import VERIFIED
 
 USAGE = "usage: python stages/check.py data|runs|reproductions"
 

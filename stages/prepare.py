@@ -1,12 +1,9 @@
 """Stage prepare@<source>: fetch or read one raw data source and save it as tensors."""
-from gcl.warm import warm_start
-warm_start()   # first: a warm process runs this script when one is available (gcl.warm)
+import sys
 
-import sys  # noqa: E402
-
-from gcl.config import load_params, read_current, resolve_source  # noqa: E402
-from gcl.core.layout import resolved_source, source_file  # noqa: E402
-from gcl.data.sources import prepare_source  # noqa: E402
+from gcl.config import load_params, read_current, resolve_source
+from gcl.core.layout import resolved_source, source_file
+from gcl.data.sources import prepare_source
 
 
 def main() -> None:

@@ -1,15 +1,12 @@
 """Stage report: the paper's tables with our numbers beside them, the headline, summary.csv, the metrics
 `dvc exp show` compares, plot data for `dvc plots`, figures. Warnings (stale run folders, skipped
 figures) are printed and listed at the top of results/tables.md."""
-from gcl.warm import warm_start
-warm_start()   # first: a warm process runs this script when one is available (gcl.warm)
+from pathlib import Path
 
-from pathlib import Path  # noqa: E402
-
-from gcl.config import load_params, read_current, resolve_report  # noqa: E402
-from gcl.core.layout import resolved_report  # noqa: E402
-from gcl.report.tables import write_report  # noqa: E402
-from gcl.training.run import sweep_finished_progress  # noqa: E402
+from gcl.config import load_params, read_current, resolve_report
+from gcl.core.layout import resolved_report
+from gcl.report.write import write_report
+from gcl.training.run import sweep_finished_progress
 
 PAPER = sorted(Path("reference").glob("*.csv"))   # the published numbers our runs are set beside
 

@@ -2,15 +2,12 @@
 
 It refuses settings that check@runs resolved for other code than is there now, or before an edit of
 params.yaml (`dvc repro -s` skips check@runs): it trains on what params.yaml says, or not at all."""
-from gcl.warm import warm_start
-warm_start()   # first: a warm process runs this script when one is available (gcl.warm)
+import sys
 
-import sys  # noqa: E402
-
-from gcl.config import load_params, read_current, read_resolved, resolve_run, resolve_runtime  # noqa: E402
-from gcl.core.fingerprint import train_code_digest  # noqa: E402
-from gcl.core.layout import TRAIN_CODE, resolved_run  # noqa: E402
-from gcl.training.run import train_run  # noqa: E402
+from gcl.config import load_params, read_current, read_resolved, resolve_run, resolve_runtime
+from gcl.core.fingerprint import train_code_digest
+from gcl.core.layout import TRAIN_CODE, resolved_run
+from gcl.training.run import train_run
 
 
 def main() -> None:

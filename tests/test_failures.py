@@ -82,7 +82,7 @@ def test_check_runs_depends_on_all_the_code_train_stages_run():
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     assert set(TRAIN_CODE) <= set(stages["check"]["do"]["deps"])
     assert stages["train"]["do"]["deps"] == ["data/benchmarks/${item.benchmark}", "resolved/runs/${key}.json"]
-    assert stages["train"]["do"]["cmd"].startswith("python stages/train.py")   # itself part of TRAIN_CODE
+    assert stages["train"]["do"]["cmd"].startswith("python -m gcl.warm stages/train.py")   # itself part of TRAIN_CODE
 
 
 def test_a_train_stage_refuses_settings_resolved_for_other_code(tmp_path):
@@ -207,7 +207,7 @@ def test_killing_a_stages_parent_ends_the_stage_and_its_workers(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     # the parent stands in for `dvc repro`: it starts the stage and waits for it
     parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.run([sys.executable, "
-                               f"{str(ROOT / 'stages' / 'train.py')!r}, 'long'])"], cwd=folder, env=env)
+                               f"'-m', 'gcl.warm', {str(ROOT / 'stages' / 'train.py')!r}, 'long'])"], cwd=folder, env=env)
     try:
         deadline = time.time() + 60
         while len(_processes_in(folder)) < 4 and time.time() < deadline:   # parent, stage, two workers

@@ -165,7 +165,7 @@ def test_after_check_runs_dvc_status_names_the_train_stages_an_edit_reruns(proje
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("how", ["dvc repro -f -s", "dvc repro -s", "python stages/train.py"])
+@pytest.mark.parametrize("how", ["dvc repro -f -s", "dvc repro -s", "python -m gcl.warm stages/train.py"])
 def test_a_stage_alone_refuses_settings_params_yaml_no_longer_says(project, how):
     """After an edit, a train stage run without check@runs (which resolves the edit) refuses in one line
     naming the setting and the fix; a plain `dvc repro` then trains with the new value."""
@@ -201,12 +201,12 @@ def test_a_folder_where_metrics_json_belongs_is_one_line_and_the_seeds_are_kept(
     out = project / "runs/mnist-360/er/200"
     (out / "metrics.json").unlink()
     (out / "metrics.json").mkdir()
-    done = sh(project, "python", "stages/train.py", "mnist-360-er-200", check=False)
+    done = sh(project, "python", "-m", "gcl.warm", "stages/train.py", "mnist-360-er-200", check=False)
     said = done.stdout + done.stderr
     assert done.returncode != 0 and "Traceback" not in said, said
     assert f"error: cannot use {Path('runs/mnist-360/er/200/metrics.json')}: Is a directory" in said, said
     (out / "metrics.json").rmdir()
-    again = sh(project, "python", "stages/train.py", "mnist-360-er-200").stdout
+    again = sh(project, "python", "-m", "gcl.warm", "stages/train.py", "mnist-360-er-200").stdout
     assert again.count("finished by an earlier attempt") == 2, again      # the seeds' results were kept
     sh(project, "dvc", "repro")
     assert "up to date" in sh(project, "dvc", "status").stdout

@@ -1,4 +1,5 @@
-"""Warm stage processes (gcl.warm): a stage runs in a child of a warm server exactly as it would cold."""
+"""Warm stage processes (gcl.warm): `python -m gcl.warm <script>` runs a stage script in a child of a warm server
+exactly as `python <script>` would run it cold."""
 from __future__ import annotations
 
 import os
@@ -14,15 +15,13 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="warm processes are Linux-only")
 
 SCRIPT = '''
-from gcl.warm import warm_start
-warm_start()
-
 import os, sys, time
 from gcl.core.errors import UserError
 
 def main():
     print("pid", os.getpid(), "parent", os.getppid(), "args", sys.argv[1:], "cwd", os.getcwd(),
-          "env", os.environ.get("STAGE_VALUE"), "path0", sys.path[0], flush=True)
+          "env", os.environ.get("STAGE_VALUE"), "path0", sys.path[0], "argv0", sys.argv[0], "file", __file__,
+          "main", sys.modules["__main__"].__file__, flush=True)
     print("to stderr", file=sys.stderr)
     if sys.argv[1:] == ["sleep"]:
         open("child.pid", "w").write(str(os.getpid()))
@@ -52,9 +51,11 @@ def stage(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "GCL_WARM_KEEP_ALIVE": "20", "STAGE_VALUE": "v1",
            "TORCH_GCL_WARM_TEST": str(tmp_path)}    # an import-time variable: a server of this test's own
 
-    def run(*args, preexec_fn=None, **env_changes):
-        done = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, env={**env, **env_changes},
-                              capture_output=True, text=True, timeout=120, preexec_fn=preexec_fn)
+    def run(*args, preexec_fn=None, direct=False, **env_changes):
+        launcher = [] if direct else ["-m", "gcl.warm"]     # as dvc.yaml runs a stage, or the script itself
+        done = subprocess.run([sys.executable, *launcher, "stages/probe.py", *args], cwd=tmp_path,
+                              env={**env, **env_changes}, capture_output=True, text=True, timeout=120,
+                              preexec_fn=preexec_fn)
         fields = done.stdout.split()
         info = dict(zip(fields[::2], fields[1::2])) if fields else {}
         return done, info
@@ -88,6 +89,61 @@ def test_exit_messages_and_errors_pass_through(stage, warm):
     assert done.returncode == 1 and "Traceback" in done.stderr and done.stderr.strip().endswith("ValueError: a bug")
 
 
+def test_the_launcher_runs_a_script_as_python_runs_it_warm_or_cold(stage):
+    """`python -m gcl.warm stages/probe.py ...`, warm or cold (GCL_WARM=0), and `python stages/probe.py ...`: the
+    same exit status, output and view of itself (sys.argv, __file__, sys.path[0], sys.modules["__main__"])."""
+    run, _, _ = stage
+    for args in (["3"], ["message"], ["bug"]):
+        runs = {"warm": run(*args), "cold": run(*args, GCL_WARM="0"), "direct": run(*args, direct=True)}
+        assert runs["warm"][1]["parent"] != str(os.getpid())                  # in a server's child ...
+        assert runs["cold"][1]["parent"] == runs["direct"][1]["parent"] == str(os.getpid())   # ... or not
+        seen = {how: (done.returncode, done.stderr, {k: v for k, v in info.items() if k not in ("pid", "parent")})
+                for how, (done, info) in runs.items()}
+        assert seen["warm"] == seen["cold"] == seen["direct"], seen
+    _, info = runs["direct"]
+    assert info["argv0"] == "stages/probe.py" and info["file"] == info["main"] == info["path0"] + "/probe.py"
+    # an error the user can fix: one line through the launcher (as dvc.yaml runs a stage), a traceback by itself
+    assert run("user-error", direct=True)[0].stderr.strip().endswith("UserError: bad setting: fix it")
+
+
+@pytest.mark.parametrize("warm", ["1", "0"])
+def test_a_script_that_does_not_compile_fails_as_python_says(stage, tmp_path, warm):
+    run, script, _ = stage
+    script.write_text("x = (\n")
+    launched, direct = run(GCL_WARM=warm)[0], run(direct=True)[0]
+    assert launched.returncode == direct.returncode == 1 and launched.stderr == direct.stderr, launched.stderr
+    assert "SyntaxError" in direct.stderr and "Traceback" not in direct.stderr
+
+
+@pytest.mark.parametrize("script", ["check", "train"])
+def test_a_stage_script_runs_alike_through_the_launcher_and_by_itself(tmp_path, script):
+    """The project's own stage scripts (here refusing to run without their arguments): warm, cold and direct."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TORCH_GCL_WARM_TEST": str(tmp_path)}
+    said = set()
+    for launcher, warm in ((["-m", "gcl.warm"], "1"), (["-m", "gcl.warm"], "0"), ([], "1")):
+        done = subprocess.run([sys.executable, *launcher, f"stages/{script}.py"], cwd=ROOT,
+                              env={**env, "GCL_WARM": warm}, capture_output=True, text=True, timeout=120)
+        said.add((done.returncode, done.stdout, done.stderr))
+    assert len(said) == 1, said
+    code, out, err = said.pop()
+    assert code == 1 and out == "" and err.startswith(f"usage: python stages/{script}.py"), err
+
+
+def test_every_stage_runs_through_the_launcher_and_the_server_imports_what_the_scripts_import():
+    """dvc.yaml runs each stage script through gcl.warm; the scripts are plain scripts, whose imports (at their
+    top) a server makes before it serves."""
+    import yaml
+
+    from gcl.warm.server import stage_imports
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    commands = [stage.get("do", stage)["cmd"] for stage in stages.values()]
+    assert commands and all(c.startswith("python -m gcl.warm stages/") for c in commands), commands
+    assert not [s for s in (ROOT / "stages").glob("*.py") if "gcl.warm" in s.read_text()]
+    imported = stage_imports(ROOT / "stages")
+    assert {"sys", "gcl.config", "gcl.core.layout"} <= set(imported) and len(imported) == len(set(imported))
+    assert any(name.startswith("gcl.training") for name in imported)      # torch, through the library
+
+
 def test_other_import_time_settings_get_a_server_of_their_own(stage):
     run, _, env = stage
     _, a = run("0")
@@ -95,15 +151,25 @@ def test_other_import_time_settings_get_a_server_of_their_own(stage):
     assert a["parent"] != b["parent"]
 
 
+def test_edited_library_code_gets_a_server_of_its_own(stage, tmp_path):
+    """A server serves only the library code (every byte of src/gcl) it imported: an edit starts a new one."""
+    import shutil
+    run, _, _ = stage
+    library = tmp_path / "src"
+    shutil.copytree(ROOT / "src" / "gcl", library / "gcl", ignore=shutil.ignore_patterns("__pycache__"))
+    _, before = run("0", PYTHONPATH=str(library))
+    _, same = run("0", PYTHONPATH=str(library))
+    with open(library / "gcl" / "core" / "layout.py", "a") as f:
+        f.write("# an edit\n")
+    _, after = run("0", PYTHONPATH=str(library))
+    assert before["parent"] == same["parent"] != after["parent"] and before["parent"] != str(os.getpid())
+
+
 def test_the_child_ends_when_the_stage_process_is_killed(stage, tmp_path):
     _, script, env = stage
-    client = subprocess.Popen([sys.executable, str(script), "sleep"], cwd=tmp_path, env=env,
+    client = subprocess.Popen([sys.executable, "-m", "gcl.warm", str(script), "sleep"], cwd=tmp_path, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    pid_file = tmp_path / "child.pid"
-    deadline = time.time() + 60
-    while not pid_file.exists() and time.time() < deadline:
-        time.sleep(0.1)
-    child = int(pid_file.read_text())
+    child = wait_for_child(tmp_path)
     assert child != client.pid
     client.send_signal(signal.SIGKILL)
     client.wait()
@@ -160,7 +226,7 @@ def test_an_exiting_server_leaves_its_successors_socket(stage, tmp_path):
     import socket as sockets
     run, _, env = stage
     _, info = run("0", GCL_WARM_KEEP_ALIVE="2")
-    code = "import gcl.warm as w; print(w.socket_path(w.server_key()))"
+    code = "from gcl.warm.protocol import server_key, socket_path; print(socket_path(server_key()))"
     path = Path(subprocess.run([sys.executable, "-c", code], env={**env, "GCL_WARM_KEEP_ALIVE": "2"},
                                capture_output=True, text=True, check=True).stdout.strip())
     assert path.exists()
@@ -183,7 +249,7 @@ def test_an_exiting_server_leaves_its_successors_socket(stage, tmp_path):
 def wait_for_child(tmp_path) -> int:
     pid_file = tmp_path / "child.pid"
     deadline = time.time() + 60
-    while not pid_file.exists() and time.time() < deadline:
+    while not (pid_file.exists() and pid_file.read_text()) and time.time() < deadline:   # created, then written
         time.sleep(0.1)
     return int(pid_file.read_text())
 
@@ -191,7 +257,7 @@ def wait_for_child(tmp_path) -> int:
 @pytest.mark.parametrize("how, returncode", [("kill the child", -signal.SIGKILL), ("ctrl-c", -signal.SIGINT)])
 def test_a_killed_or_interrupted_warm_stage_ends_as_a_cold_one_would(stage, tmp_path, how, returncode):
     _, script, env = stage
-    client = subprocess.Popen([sys.executable, str(script), "sleep"], cwd=tmp_path, env=env,
+    client = subprocess.Popen([sys.executable, "-m", "gcl.warm", str(script), "sleep"], cwd=tmp_path, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     child = wait_for_child(tmp_path)
     assert child != client.pid
@@ -203,9 +269,22 @@ def test_a_killed_or_interrupted_warm_stage_ends_as_a_cold_one_would(stage, tmp_
     assert client.returncode == returncode, err
     if how == "ctrl-c":     # the stage's own traceback, as a cold stage prints it; none from the waiting client
         assert err.rstrip().endswith("KeyboardInterrupt") and "time.sleep(60)" in err, err
-        assert "run_stage" not in err and "_read_line" not in err, err
-        assert "runpy" not in err and "warm.py" not in err, err   # nor the child's frames above the script's
+        assert "run_stage" not in err and "receive" not in err, err
+        assert "runpy" not in err and "gcl/warm" not in err, err   # nor the child's frames above the script's
 
+
+
+def test_ctrl_c_in_a_cold_stage_shows_the_scripts_traceback_alone(stage, tmp_path):
+    """Run cold in the launcher's own process (GCL_WARM=0), as `python <script>` ends on Ctrl-C."""
+    _, script, env = stage
+    client = subprocess.Popen([sys.executable, "-m", "gcl.warm", str(script), "sleep"], cwd=tmp_path,
+                              env={**env, "GCL_WARM": "0"}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert wait_for_child(tmp_path) == client.pid
+    client.send_signal(signal.SIGINT)
+    _, err = client.communicate(timeout=60)
+    assert client.returncode == -signal.SIGINT, err
+    assert err.rstrip().endswith("KeyboardInterrupt") and "time.sleep(60)" in err, err
+    assert "runpy" not in err and "gcl/warm" not in err, err
 
 OWNER = """
 import subprocess, sys
@@ -223,7 +302,7 @@ def test_the_server_ends_with_the_process_its_stages_came_from(stage, tmp_path, 
     """What `dvc repro` starts ends with it: the server exits once the stages' owner (here a Python process that
     runs one stage, as DVC does, directly or through `sh -c`) has ended, long before its idle time (20 s)."""
     _, script, env = stage
-    command = f"{sys.executable} {script} 0"
+    command = f"{sys.executable} -m gcl.warm {script} 0"
     code = OWNER.replace("COMMAND", repr(command if through_shell else command.split())).replace(
         "SHELL", str(through_shell))
     owner = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
@@ -246,7 +325,7 @@ def alive(pid: int) -> bool:
 
 def test_an_owner_that_cannot_be_watched_leaves_the_server_to_its_idle_time(monkeypatch):
     """Where pidfds are missing (an old kernel), the server must not take an unwatched owner for an ended one."""
-    from gcl.warm import _watch_owner
+    from gcl.warm.server import _watch_owner
     owners: dict[int, int] = {}
     assert _watch_owner(os.getpid(), owners) and list(owners.values()) == [os.getpid()]
     gone = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -1,0 +1,32 @@
+"""The launcher dvc.yaml runs each stage with: `python -m gcl.warm <script> [args ...]` runs the script as
+`python <script> [args ...]` would (sys.argv, __file__, __name__ == "__main__", sys.path[0] the script's folder,
+the exit status), in a warm server's child when one is available, else cold in this process.
+
+    python -m gcl.warm stages/train.py mnist-360-er-200        # warm, or cold where no server can be had
+    GCL_WARM=0 python -m gcl.warm stages/train.py ...          # always cold: warm processes switched off
+
+Either way an error the user can fix ends the stage as one line, and the stage ends when its parent (`dvc
+repro`) does. The guarantees are gcl.warm's; GCL_WARM_KEEP_ALIVE and GCL_WARM_ACK_TIMEOUT tune the server's
+idle time and a stage's wait for it (gcl.warm.server, gcl.warm.client).
+"""
+import sys
+
+from gcl.core.processes import die_with_parent
+from gcl.warm import stage
+from gcl.warm.client import run_stage
+
+USAGE = "usage: python -m gcl.warm <script.py> [args ...]   (runs it as `python <script.py> [args ...]`, warm if it can)"
+
+
+def main(argv: list[str]) -> None:
+    if not argv or argv[0].startswith("-"):
+        sys.exit(USAGE)
+    die_with_parent()   # a killed `dvc repro` must not leave this stage (and so its warm child) running
+    status = run_stage(argv[0], argv[1:])
+    if status is not None:
+        sys.exit(status)
+    stage.run(stage.prepare(argv[0], argv[1:]))    # cold: Python itself handles what the script raises
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
