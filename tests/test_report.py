@@ -315,15 +315,6 @@ def test_numbers_print_by_kind():
     assert fmt_ours(67.0, 0.0, 67.0) == "67.00 ± 0.00"                   # one seed (std 0): never ≈
 
 
-def test_the_stage_imports_write_report_where_it_did():
-    """stages/report.py imports gcl.report.tables.write_report: the writer's, now in gcl.report.write."""
-    import gcl.report.tables
-    import gcl.report.write
-    assert gcl.report.tables.write_report is gcl.report.write.write_report
-    with pytest.raises(AttributeError):
-        gcl.report.tables.no_such_name  # noqa: B018
-
-
 # ---------------------------------------------------------------------------- item 4: plot data
 
 def test_plot_data_curves_average_the_tasks_seen_so_far_and_confusions_list_each_image(resolved):
@@ -351,7 +342,6 @@ def test_dvc_yaml_declares_the_plots_and_the_report_outputs():
     assert "results/metrics.json" in [next(iter(m)) for m in dvc["stages"]["report"]["metrics"]]
 
 
-@pytest.mark.xfail(strict=True, reason="dvc.yaml's report stage does not declare results/costs.md yet")
 def test_dvc_yaml_declares_every_output_of_the_report():
     """Each of write_report's OUTPUTS is an output (or the metrics) of dvc.yaml's report stage, uncached."""
     import yaml

@@ -1,6 +1,6 @@
 """Errors a user can cause and fix: bad settings, missing or damaged data, a device the machine lacks, a run
 that another process is training, a file system that refuses a write. A stage prints such an error as one line
-naming the problem and the fix, without a traceback (error_line, used by gcl.warm.warm_start); any other
+naming the problem and the fix, without a traceback (error_line, used by the stage launcher, gcl.warm); any other
 exception is a bug and keeps its traceback."""
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ from the method's registration (its algorithm; optional `label` and `paper_row` 
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 import pandas as pd
@@ -186,10 +185,3 @@ def headline_table(rows: list[HeadlineRow]) -> str:
         lines.append(line)
     return markdown(pd.DataFrame(lines))
 
-
-def __getattr__(name: str):
-    """`gcl.report.tables.write_report`, where stages/report.py imports it from: gcl.report.write's, imported
-    when asked for (gcl.report.write imports this module, so an import here at the top would be a circle)."""
-    if name == "write_report":
-        return importlib.import_module("gcl.report.write").write_report
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
