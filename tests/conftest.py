@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import mnist360_settings, synthetic_source
 
 from gcl.data import mnist360
+from helpers import mnist360_settings, synthetic_source
 
 torch.set_num_threads(1)   # small ops: one thread is much faster on these 2-core machines
 

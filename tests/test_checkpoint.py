@@ -4,14 +4,14 @@ import math
 
 import pytest
 import torch
-from helpers import run_settings, sequential_settings, synthetic_source
 
+from gcl.core.results import SeedResult
 from gcl.data import sequential
 from gcl.methods import METHODS
 from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
 from gcl.training.progress import Progress
-from gcl.core.results import SeedResult
 from gcl.training.train import run_seed
+from helpers import run_settings, sequential_settings, synthetic_source
 
 CPU = torch.device("cpu")
 # small settings for every method (what the loop needs to run, not tuned values)

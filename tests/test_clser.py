@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import run_settings
 from torch import nn
 
 from gcl.methods.base import METHODS, MethodContext
 from gcl.methods.clser import memory_targets
 from gcl.training.train import run_seed
+from helpers import run_settings
 
 CPU = torch.device("cpu")
 N_CLASSES = 4

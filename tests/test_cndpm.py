@@ -7,17 +7,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from helpers import run_settings, sequential_settings, synthetic_source
-from image_fixtures import labelled_source
 from pydantic import ValidationError
 
 from gcl.config import check_data, check_runs
+from gcl.core.backbones import MLP
 from gcl.data import sequential
 from gcl.data.class_orders import CIFAR100_SUPERCLASS, CLASS_ORDERS
 from gcl.methods import METHODS, MethodContext
 from gcl.methods.cndpm import Adam, chilled_nll
-from gcl.core.backbones import MLP
 from gcl.training.train import run_seed
+from helpers import run_settings, sequential_settings, synthetic_source
+from image_fixtures import labelled_source
 
 CPU = torch.device("cpu")
 SMALL = dict(arch="mlp", lr=1e-3, lr_vae=1e-3, batch=10, log_alpha=-60.0, stm_capacity=30,

@@ -6,10 +6,12 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import run_settings
 from torch import nn
 
 from gcl.config import check_runs, resolve_run
+from gcl.core.backbones import MLP, ResNet18
+from gcl.core.settings import ParamsError
+from gcl.core.settings import validate as validate_settings
 from gcl.data import mnist360
 from gcl.data.sources import read_source
 from gcl.data.transforms import to_unit_float
@@ -23,10 +25,8 @@ from gcl.methods.coca import (
     supcon_loss,
 )
 from gcl.methods.coca.pretext import SHAPES, apply_pretext, n_pretext_classes, random_pretext
-from gcl.core.settings import ParamsError
-from gcl.core.settings import validate as validate_settings
-from gcl.core.backbones import MLP, ResNet18
 from gcl.training.train import run_seed, setup_seed
+from helpers import run_settings
 
 N_CLASSES = 9
 
@@ -286,24 +286,24 @@ def test_the_full_method_adds_its_terms():
 def test_heads_follow_the_authors_mnist_recipe_and_accept_a_single_sample():
     m = make("coca", batch=1, head_norm="batchnorm")
     proj = m.heads["projector"]
-    assert [type(l).__name__ for l in proj] == ["Linear", "BatchNorm1d", "ReLU", "Linear"]
+    assert [type(layer).__name__ for layer in proj] == ["Linear", "BatchNorm1d", "ReLU", "Linear"]
     assert proj[3].out_features == 32 and m.heads["pretext"][3].out_features == 16
-    assert all(torch.all(l.bias == 0) for l in proj if isinstance(l, nn.Linear))
+    assert all(torch.all(layer.bias == 0) for layer in proj if isinstance(layer, nn.Linear))
     for x, y, x_raw in batches(3, size=1):           # step 1: a stream batch of one sample, no buffer yet
         assert torch.isfinite(m.observe(x, y, x_raw))
     assert proj.training
 
 
 def test_heads_have_batchnorm_only_where_the_backbone_has_it():
-    assert [type(l).__name__ for l in make("coca").heads["projector"]] == ["Linear", "ReLU", "Linear"]
+    assert [type(layer).__name__ for layer in make("coca").heads["projector"]] == ["Linear", "ReLU", "Linear"]
     torch.manual_seed(0)
     ctx = MethodContext(device=torch.device("cpu"), n_classes=N_CLASSES, train_transform=lambda x: x.float() / 255,
                         generator=torch.Generator().manual_seed(0))
     cfg = {"lr": 0.1, "batch": 4, "replay_batch": 8}
     wide = CoCa(ResNet18((3, 32, 32), N_CLASSES), run_settings("coca", 50, **cfg), ctx)
-    assert sum(isinstance(l, nn.BatchNorm1d) for l in wide.heads["projector"]) == 2
+    assert sum(isinstance(layer, nn.BatchNorm1d) for layer in wide.heads["projector"]) == 2
     narrow = CoCa(MLP((1, 28, 28), N_CLASSES), run_settings("coca", 50, **cfg, head_norm="batchnorm"), ctx)
-    assert any(isinstance(l, nn.BatchNorm1d) for l in narrow.heads["pretext"])
+    assert any(isinstance(layer, nn.BatchNorm1d) for layer in narrow.heads["pretext"])
 
 
 def first_nonfinite_step(head_norm: str, seed: int, steps: int) -> int | None:

@@ -10,16 +10,16 @@ import shutil
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import run_settings, synthetic_source
 
 from gcl.core import backbones
 from gcl.core.backbones import MLP, ResNet18, compiled_extract
+from gcl.core.errors import UserError
 from gcl.data.transforms import to_unit_float
 from gcl.methods import METHODS, MethodContext
-from gcl.core.errors import UserError
 from gcl.training import compilation
 from gcl.training.compilation import compile_mode
 from gcl.training.train import EAGER_STEPS, run_seed
+from helpers import run_settings, synthetic_source
 
 CPU = torch.device("cpu")
 SETTINGS = {"sgd": {}, "er": {"replay_batch": 6}, "er-ace": {"replay_batch": 6},

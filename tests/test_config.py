@@ -279,8 +279,8 @@ def test_a_params_file_that_is_not_yaml_is_named(tmp_path):
 def test_a_stage_refuses_a_resolved_file_that_params_yaml_has_moved_past(tmp_path):
     """`dvc repro -s train@<run>` after an edit skips check@runs: the stage compares the file check@runs wrote
     with params.yaml now, and refuses naming what changed and the fix, instead of training the old settings."""
-    from gcl.core.atomic import write_json
     from gcl.config import read_current
+    from gcl.core.atomic import write_json
     p = params()
     path = tmp_path / "resolved" / "runs" / "m-er-200.json"
     write_json(path, {**resolve_run(p, "m-er-200").to_json(), "code": "abc"})

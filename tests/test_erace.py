@@ -2,7 +2,6 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import run_settings
 
 from gcl.core.backbones import MLP
 from gcl.core.errors import UserError
@@ -10,6 +9,7 @@ from gcl.data.transforms import to_unit_float
 from gcl.methods import METHODS, MethodContext
 from gcl.methods.erace import asymmetric_logits
 from gcl.training.train import run_seed
+from helpers import run_settings
 
 CPU = torch.device("cpu")
 

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_settings, small_er_run, synthetic_source
 
-from gcl.core.atomic import remove_stale_temporaries, save_tensors, write_json
 from gcl.config import resolve_run
-from gcl.data import mnist360, sequential
-from gcl.core.processes import RunLock, RunLockedError
-from gcl.core.layout import TRAIN_CODE
+from gcl.core.atomic import remove_stale_temporaries, save_tensors, write_json
 from gcl.core.fingerprint import fingerprint, train_code_digest, tree_digest
+from gcl.core.layout import TRAIN_CODE
+from gcl.core.processes import RunLock, RunLockedError
+from gcl.data import mnist360, sequential
 from gcl.training.run import PROGRESS_DIR, train_run
 from gcl.training.train import DivergenceError, run_seed
+from helpers import run_settings, small_er_run, synthetic_source
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import small_er_run
 
 import gcl.core.atomic as atomic
 import gcl.training.progress as progress_module
@@ -21,6 +20,7 @@ from gcl.core.processes import RunLock
 from gcl.training.checkpoint import Checkpoint
 from gcl.training.progress import Progress
 from gcl.training.run import PROGRESS_DIR, train_run
+from helpers import small_er_run
 
 FULL = "No space left on device. Fix: free disk space"
 

@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from gcl.report import figures, plot_data
 from gcl.core.atomic import write_json
 from gcl.core.results import RunResult
+from gcl.core.settings import ParamsError, validate
+from gcl.report import figures, plot_data
 from gcl.report.display import Display
 from gcl.report.plot_data import Curve
 from gcl.report.settings import MAX_LINES, ReportSettings
 from gcl.report.summary import ResolvedReport
 from gcl.report.write import write_report
-from gcl.core.settings import ParamsError, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = sorted((ROOT / "reference").glob("*.csv"))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+
 from image_fixtures import SEQ_BENCHMARK
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "tools"

@@ -8,6 +8,18 @@ import zipfile
 import numpy as np
 import pytest
 import torch
+from torchvision.datasets import CIFAR10, CIFAR100
+
+from gcl.data import tinyimagenet_sources
+from gcl.data.image_sources import NORMALIZATION
+from gcl.data.sources import (
+    SOURCES,
+    SourceError,
+    load_source,
+    prepare_source,
+    read_source,
+)
+from gcl.data.tinyimagenet_sources import TINY_MD5
 from image_fixtures import (
     CIFAR10_NAMES,
     WNIDS,
@@ -19,18 +31,6 @@ from image_fixtures import (
     write_cifar10,
     write_cifar100,
     write_tinyimagenet_zip,
-)
-from torchvision.datasets import CIFAR10, CIFAR100
-
-from gcl.data import tinyimagenet_sources
-from gcl.data.image_sources import NORMALIZATION
-from gcl.data.tinyimagenet_sources import TINY_MD5
-from gcl.data.sources import (
-    SOURCES,
-    SourceError,
-    load_source,
-    prepare_source,
-    read_source,
 )
 
 
@@ -258,13 +258,14 @@ def test_tinyimagenet_validation_images_must_match_their_annotations(tmp_path):
     with pytest.raises(SourceError, match=r"val/val_annotations\.txt names 1 of its 6 images that are missing: "
                                           r"(tiny-imagenet-200/)?val/images/val_3\.JPEG\. The copy is incomplete"):
         read_source("tinyimagenet", {"archive": str(folder)}, tmp_path)
-    annotations.write_text("\n".join(l for l in lines if not l.startswith("val_3.")) + "\n")
+    annotations.write_text("\n".join(line for line in lines if not line.startswith("val_3.")) + "\n")
     with pytest.raises(SourceError, match=rf"val_annotations\.txt gives the classes 2 images each except "
                                           rf"{WNIDS[0]} \(1\)\. The copy is incomplete"):   # image and line both gone
         read_source("tinyimagenet", {"archive": str(folder)}, tmp_path)
     image.write_bytes(pixels)                                # the annotation file is cut short
     with pytest.raises(SourceError, match=r"1 images under val/images/ have no line in "
-                                          r"val/val_annotations\.txt \(val/images/val_3\.JPEG\): the annotation file is cut short"):
+                                          r"val/val_annotations\.txt \(val/images/val_3\.JPEG\): "
+                                          r"the annotation file is cut short"):
         read_source("tinyimagenet", {"archive": str(folder)}, tmp_path)
 
 

@@ -5,16 +5,16 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import run_settings, synthetic_source
 
 from gcl.config import ParamsError, resolve_run
+from gcl.core.backbones import MLP
 from gcl.data.transforms import to_unit_float
 from gcl.methods import METHODS, MethodContext
 from gcl.methods.agem import project
 from gcl.methods.der import der_loss
 from gcl.methods.gss import GSSBuffer, gradient_cosines
-from gcl.core.backbones import MLP
 from gcl.training.train import run_seed
+from helpers import run_settings, synthetic_source
 
 CPU = torch.device("cpu")
 

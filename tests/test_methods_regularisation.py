@@ -6,17 +6,17 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import run_settings, sequential_settings, synthetic_source
 from torch import nn
 
+from gcl.core.backbones import MLP
 from gcl.data import sequential
 from gcl.data.transforms import to_unit_float
 from gcl.methods import METHODS, MethodContext
 from gcl.methods.base import Method, TaskData, register
 from gcl.methods.lwf import lwf_distillation, lwf_loss
 from gcl.methods.oewc import diagonal_fisher
-from gcl.core.backbones import MLP
 from gcl.training.train import run_seed
+from helpers import run_settings, sequential_settings, synthetic_source
 
 CPU = torch.device("cpu")
 
@@ -88,7 +88,7 @@ def test_fisher_of_a_batchnorm_network_equals_a_per_sample_loop_in_eval_mode():
         grads = torch.autograd.grad(-F.cross_entropy(net(x[i:i + 1]), y[i:i + 1]), list(net.parameters()))
         for acc, g in zip(loop, grads):
             acc += g ** 2 / 5
-    assert all(torch.allclose(f, l, rtol=1e-5, atol=1e-8) for f, l in zip(fisher, loop))
+    assert all(torch.allclose(f, g, rtol=1e-5, atol=1e-8) for f, g in zip(fisher, loop))
     assert all(torch.equal(v, stats[k]) for k, v in net.state_dict().items())   # running statistics untouched
 
 

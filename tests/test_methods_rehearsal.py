@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import benchmark_settings, run_settings, synthetic_source
 from torch import nn
 
 from gcl.config import resolve_run
+from gcl.core.backbones import MLP, Backbone
 from gcl.data import sequential
 from gcl.data.transforms import to_unit_float
 from gcl.methods import METHODS, MethodContext
@@ -18,8 +18,8 @@ from gcl.methods.fdr import function_distance
 from gcl.methods.gem import project
 from gcl.methods.hal import RingBuffer, optimise_anchors
 from gcl.methods.icarl import herding
-from gcl.core.backbones import MLP, Backbone
 from gcl.training.train import run_seed
+from helpers import benchmark_settings, run_settings, synthetic_source
 
 CPU = torch.device("cpu")
 SETTINGS = {

@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 import torch
-from helpers import synthetic_source
 
 from gcl.data import mnist360
 from gcl.data.transforms import rotate
+from helpers import synthetic_source
 
 DATA = mnist360.Mnist360.Data(source="synthetic")       # the data settings, as a params block's defaults make them
 WITHOUT = "without-replacement"                         # each chunk image drawn once (the setting's default)

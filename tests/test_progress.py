@@ -4,10 +4,10 @@ import re
 from types import SimpleNamespace
 
 import torch
-from helpers import run_settings
 
 from gcl.training.progress import Progress, StreamProgress, clock
 from gcl.training.train import run_seed
+from helpers import run_settings
 
 CPU = torch.device("cpu")
 LINE = re.compile(r"^\[(?P<run>[\w-]+) seed (?P<seed>\d+)\] (?P<where>task \d+/\d+, epoch \d+/\d+|segment \d+/\d+), "
@@ -49,12 +49,11 @@ def test_a_seed_prints_whole_lines_with_every_field(tiny_mnist360, tmp_path, cap
 
 
 def test_a_run_writes_its_log_beside_its_results(tmp_path, monkeypatch):
-    from helpers import run_settings, synthetic_source
-
-    from gcl.core.atomic import save_tensors
     from gcl.config import resolve_run
+    from gcl.core.atomic import save_tensors
     from gcl.data import sequential
     from gcl.training.run import train_run
+    from helpers import synthetic_source
     monkeypatch.chdir(tmp_path)
     params = {"seeds": [0, 1], "device": "cpu", "sources": {"s": {}},
               "benchmarks": {"seq": {"kind": "sequential", "source": "s", "backbone": "mlp", "epochs": 1,

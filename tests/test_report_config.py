@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from gcl.config import load_params, resolve_report
-from gcl.report.settings import ReportSettings
 from gcl.core.settings import ParamsError, validate
+from gcl.report.settings import ReportSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from test_report import ENV, PAPER, ROOT, costs_md, resolved, section, table, tables_md  # noqa: F401  (resolved: a fixture)
 
 from gcl.config import resolve_profile
 from gcl.core.atomic import write_json
 from gcl.report.common import ReportError
 from gcl.report.reproductions import VERIFIED, md5, verify
 from gcl.report.write import write_report
+from test_report import ENV, PAPER, ROOT, costs_md, resolved, section, table, tables_md  # noqa: F401  (resolved: a fixture)
 
 FOLDER = Path("reproductions/full")
 

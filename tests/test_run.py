@@ -2,10 +2,10 @@
 import json
 
 import pytest
-from helpers import small_er_run
 
 from gcl.core.atomic import save_tensors
 from gcl.training.run import PROGRESS_DIR, train_run
+from helpers import small_er_run
 
 
 @pytest.fixture

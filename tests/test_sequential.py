@@ -5,9 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers import run_settings, synthetic_source
-from image_fixtures import cifar_checksums, write_cifar10
-from image_fixtures import labelled_source as source
 from pydantic import ValidationError
 from torchvision.datasets import CIFAR10
 
@@ -18,6 +15,9 @@ from gcl.data.benchmarks import KINDS, BenchmarkError, build_benchmark, load_ben
 from gcl.data.sequential import Sequential
 from gcl.data.sources import load_source, prepare_source
 from gcl.training.train import run_seed
+from helpers import run_settings, synthetic_source
+from image_fixtures import cifar_checksums, write_cifar10
+from image_fixtures import labelled_source as source
 
 CPU = torch.device("cpu")
 

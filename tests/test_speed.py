@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from image_fixtures import SEQ_BENCHMARK, write_er_params
-from image_fixtures import labelled_source as source
 
 from gcl.config import resolve_benchmark
 from gcl.data.benchmarks import build_benchmark
+from image_fixtures import SEQ_BENCHMARK, write_er_params
+from image_fixtures import labelled_source as source
 
 SPEED = Path(__file__).resolve().parents[1] / "tools" / "speed.py"
 RUNS = {   # what the profile would say; small values, only the code path matters

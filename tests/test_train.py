@@ -3,10 +3,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import mnist360_settings, run_settings, sequential_settings, synthetic_source
-
 from gcl.methods.base import METHODS, Method, register
 from gcl.training.train import run_seed
+from helpers import mnist360_settings, run_settings, sequential_settings, synthetic_source
 
 CPU = torch.device("cpu")
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from image_fixtures import labelled_source as source
-from image_fixtures import write_er_params
 
 from gcl.core.atomic import save_tensors
+from image_fixtures import labelled_source as source
+from image_fixtures import write_er_params
 
 TUNE = Path(__file__).resolve().parents[1] / "tools" / "tune.py"
 

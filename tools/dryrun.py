@@ -20,7 +20,8 @@ cut:   the pixels (random, gcl.data.random_sources; the source is not downloaded
        (at most --epochs, default 2: enough for the second pass over a task); seeds (the profile's first); the
        image backbone's width (--width) and its input, average-pooled to --pooled-size pixels a side before the
        network (a ResNet-18 step on 32x32 images takes seconds on a CPU at full width and tens of milliseconds
-       at width 1; 9 pixels keep 2 x 2 positions in its last stage, see POOLED_SIZE); the evaluation set (--test-per-class images of each class); CN-DPM's experts (width 4,
+       at width 1; 9 pixels keep 2 x 2 positions in its last stage, see POOLED_SIZE); the evaluation set
+       (--test-per-class images of each class); CN-DPM's experts (width 4,
        2 latent samples) and sleep phases (--sleep-steps Adam steps each instead of thousands); oEWC's penalty
        weight (0: see NUMERICS).
 

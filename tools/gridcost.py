@@ -39,16 +39,15 @@ from queue import Empty
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from synthetic import SOURCE_SHAPES, random_benchmark, random_source  # noqa: E402
-
 from gcl.config import load_params, resolve_run  # noqa: E402
 from gcl.core.devices import compile_threads, share_compile_threads  # noqa: E402
 from gcl.data.benchmarks import KINDS  # noqa: E402
 from gcl.methods import METHODS  # noqa: E402
+from gcl.training.compilation import compile_mode  # noqa: E402
 from gcl.training.progress import Progress, StreamProgress  # noqa: E402
 from gcl.training.spec import ResolvedRun  # noqa: E402
-from gcl.training.compilation import compile_mode  # noqa: E402
 from gcl.training.train import setup_seed  # noqa: E402
+from synthetic import SOURCE_SHAPES, random_benchmark, random_source  # noqa: E402
 
 
 class Quiet(Progress):
@@ -104,6 +103,7 @@ def traced(run, device: torch.device):
     """Run `run()` under PyTorch's profiler, with CUDA's warnings on every host synchronisation, and print where
     the host time went."""
     import warnings
+
     from torch.profiler import ProfilerActivity, profile
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     if device.type == "cuda":

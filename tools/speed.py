@@ -31,13 +31,12 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from synthetic import SOURCE_SHAPES, random_benchmark, random_source  # noqa: E402
-
 from gcl.config import load_params, resolve_run  # noqa: E402
+from gcl.core.backbones import build_backbone  # noqa: E402
 from gcl.data.benchmarks import KINDS  # noqa: E402
 from gcl.methods import METHODS, MethodContext  # noqa: E402
 from gcl.methods.base import TaskData  # noqa: E402
-from gcl.core.backbones import build_backbone  # noqa: E402
+from synthetic import SOURCE_SHAPES, random_benchmark, random_source  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -226,9 +225,9 @@ def print_table(rows: list[dict], args) -> None:
 def time_cell(args) -> None:
     """One seed of one params.yaml cell, as `dvc repro` would train it, without writing anything."""
     from gcl.config import resolve_runtime
-    from gcl.data.benchmarks import load_benchmark
-    from gcl.core.layout import benchmark_file
     from gcl.core.devices import resolve_device
+    from gcl.core.layout import benchmark_file
+    from gcl.data.benchmarks import load_benchmark
     from gcl.training.compilation import compile_mode
     from gcl.training.train import run_seed
 

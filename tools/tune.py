@@ -24,12 +24,11 @@ import yaml
 from tabulate import tabulate
 
 from gcl.config import load_params, resolve_run, resolve_runtime
-from gcl.data.benchmarks import KINDS
-from gcl.data.sources import load_source
 from gcl.core.layout import source_file
-from gcl.data.benchmarks import TrainingSettings
-from gcl.methods.base import RunSettings
+from gcl.data.benchmarks import KINDS, TrainingSettings
+from gcl.data.sources import load_source
 from gcl.methods import METHODS
+from gcl.methods.base import RunSettings
 from gcl.training.compilation import compile_mode
 from gcl.training.train import DivergenceError, run_seed
 

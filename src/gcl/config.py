@@ -19,11 +19,12 @@ import yaml
 from pydantic import AfterValidator, Field, field_validator
 from pydantic_core import to_jsonable_python
 
+from gcl.core.devices import DEVICE_PATTERN
 from gcl.core.layout import run_dir
+
 # what a stage reads back of the files the check@ stages write, refused when params.yaml has moved past them
 from gcl.core.resolved import read_current, read_resolved  # noqa: F401  (the stages' API)
 from gcl.core.settings import ParamsError, Settings, derived_model, validate
-from gcl.core.devices import DEVICE_PATTERN
 from gcl.report.settings import ReportSettings
 
 if TYPE_CHECKING:   # imported where they are used, as the registries are
@@ -272,7 +273,7 @@ def resolve_profile(params_path: Path) -> dict:
 def check_reproductions(params: dict) -> dict:
     """Each folder of report.reproductions, verified against its own dvc.lock and resolved as the report reads it
     (gcl.report.reproductions)."""
-    from gcl.report.reproductions import verify   # here: pandas, which no other stage of this module needs
+    from gcl.report.reproductions import verify  # here: pandas, which no other stage of this module needs
     report = validate(ReportSettings, params.get("report"), "report")
     return {Path(folder).as_posix(): verify(folder, resolve_profile) for folder in report.reproductions}
 

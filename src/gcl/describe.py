@@ -20,10 +20,10 @@ from gcl.data.benchmark_registry import DATA, group_of
 
 def _registries():
     from gcl.config import TopLevel
-    from gcl.report.settings import ReportSettings
     from gcl.data.benchmarks import KINDS
     from gcl.data.sources import SOURCES
     from gcl.methods import METHODS
+    from gcl.report.settings import ReportSettings
     return TopLevel, ReportSettings, KINDS, SOURCES, METHODS
 
 

@@ -12,10 +12,19 @@ import torch
 
 from gcl.core.atomic import save_tensors
 from gcl.core.errors import UserError
+
 # the kind modules register their kinds on import
 from gcl.data import mnist360, sequential  # noqa: F401
-from gcl.data.benchmark_registry import (KINDS, BenchmarkData, BenchmarkSettings, DataSettings,  # noqa: F401 (the API)
-                                         TrainingSettings, data_setting, register_kind, training_setting)
+from gcl.data.benchmark_registry import (  # noqa: F401 (the API)
+    KINDS,
+    BenchmarkData,
+    BenchmarkSettings,
+    DataSettings,
+    TrainingSettings,
+    data_setting,
+    register_kind,
+    training_setting,
+)
 
 # settings that used to sit in a benchmark's block, and where they live now (config refuses them there)
 MOVED_FIELDS = {"label": "report.benchmarks.{name}.label", "threads": "the top-level `threads`"}

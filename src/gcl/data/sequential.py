@@ -22,8 +22,7 @@ import torch
 
 from gcl.core.errors import UserError
 from gcl.data.augment import Normalize, TrainAugment
-from gcl.data.benchmark_registry import (BenchmarkData, BenchmarkSettings, data_setting, register_kind,
-                                         training_setting)
+from gcl.data.benchmark_registry import BenchmarkData, BenchmarkSettings, data_setting, register_kind, training_setting
 from gcl.data.class_orders import CLASS_ORDERS
 from gcl.data.split import split_per_class
 from gcl.data.stream import Stream

@@ -14,6 +14,7 @@ import torch
 
 from gcl.core.atomic import save_tensors
 from gcl.core.settings import Settings, validate
+
 # the source modules register their sources on import
 from gcl.data import cifar_sources, mnist_sources, random_sources, tinyimagenet_sources  # noqa: F401
 from gcl.data.source_registry import SOURCES, SourceError, SourceSettings, register_source  # noqa: F401  (the API)

@@ -10,8 +10,8 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from gcl.core.settings import Settings, derived_model
 from gcl.core.buffer import ReservoirBuffer
+from gcl.core.settings import Settings, derived_model
 
 
 @dataclass

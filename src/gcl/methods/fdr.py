@@ -23,8 +23,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gcl.methods.base import Method, ReplaySettings, TaskData, register
 from gcl.core.buffer import to_device
+from gcl.methods.base import Method, ReplaySettings, TaskData, register
 
 
 def function_distance(outputs: torch.Tensor, stored_probs: torch.Tensor) -> torch.Tensor:

@@ -22,10 +22,10 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch.func import functional_call, grad, vmap
 
-from gcl.data.transforms import to_unit_float
-from gcl.methods.base import Method, ReplaySettings, register
 from gcl.core.backbones import MLP, inputs_as_given
 from gcl.core.buffer import ReservoirBuffer, to_device
+from gcl.data.transforms import to_unit_float
+from gcl.methods.base import Method, ReplaySettings, register
 
 EMPTY_BUFFER_SCORE = 0.1   # the reference's score for samples that arrive while the buffer is empty
 

@@ -42,8 +42,8 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from gcl.methods.base import Method, ReplaySettings, TaskData, register, weights_changed
 from gcl.core.buffer import ReservoirBuffer, to_device
+from gcl.methods.base import Method, ReplaySettings, TaskData, register, weights_changed
 
 
 class RingBuffer:
@@ -172,7 +172,8 @@ class HALSettings(ReplaySettings):
 @register
 class HAL(Method):
     name = "hal"
-    summary = "HAL: ER on a per-class ring buffer (or a reservoir), plus anchors learned at task ends whose outputs are kept stable"
+    summary = ("HAL: ER on a per-class ring buffer (or a reservoir), plus anchors learned at task ends whose outputs "
+               "are kept stable")
     needs_boundaries = True
     uses_buffer = True
     reservoir = False       # a memory of its own (below), not the shared reservoir

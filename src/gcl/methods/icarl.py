@@ -44,8 +44,8 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from gcl.methods.base import Method, MethodSettings, TaskData, register
 from gcl.core.buffer import to_device
+from gcl.methods.base import Method, MethodSettings, TaskData, register
 
 
 def herding(features: torch.Tensor, m: int) -> torch.Tensor:

@@ -47,7 +47,7 @@ def task_average_curve(acc_matrix: list[list[float]]) -> list[float]:
     A single row (an offline method such as JOINT, evaluated once after the whole stream) has seen every task."""
     if len(acc_matrix) == 1:
         return [sum(acc_matrix[0]) / len(acc_matrix[0])]
-    return [sum(row[:l + 1]) / (l + 1) for l, row in enumerate(acc_matrix)]
+    return [sum(row[:t + 1]) / (t + 1) for t, row in enumerate(acc_matrix)]
 
 
 def seed_curve(result: SeedResult, has_tasks: bool) -> list[float]:

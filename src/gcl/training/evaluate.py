@@ -84,7 +84,7 @@ def forgetting(matrix: list[list[float]], first_row: list[int]) -> float | None:
     which group g had been trained on. Groups with no earlier evaluation are left out.
     """
     last = len(matrix) - 1
-    drops = [max(matrix[l][g] for l in range(first_row[g], last)) - matrix[last][g]
+    drops = [max(matrix[t][g] for t in range(first_row[g], last)) - matrix[last][g]
              for g in range(len(first_row)) if first_row[g] < last]
     return sum(drops) / len(drops) if drops else None
 

@@ -20,18 +20,17 @@ from pathlib import Path
 import torch
 
 from gcl.core.atomic import move_file, remove_stale_temporaries, save_tensors, write_json
-from gcl.data.benchmarks import DataSettings, load_benchmark
-from gcl.core.layout import benchmark_file, run_dir, run_log
-from gcl.core.results import RunResult, SeedResult
-from gcl.core.processes import RunLock, RunLockedError, die_with_parent
-from gcl.training.checkpoint import Checkpoint, load_fingerprinted
-from gcl.core.devices import (auto_workers, compile_threads, resolve_device, seed_devices,
-                              share_compile_threads, start_mps)
+from gcl.core.devices import auto_workers, compile_threads, resolve_device, seed_devices, share_compile_threads, start_mps
 from gcl.core.fingerprint import file_digest, fingerprint
-from gcl.training.progress import Progress
+from gcl.core.layout import benchmark_file, run_dir, run_log
+from gcl.core.processes import RunLock, RunLockedError, die_with_parent
+from gcl.core.results import RunResult, SeedResult
+from gcl.data.benchmarks import DataSettings, load_benchmark
 from gcl.methods import METHODS
-from gcl.training.spec import ResolvedRun
+from gcl.training.checkpoint import Checkpoint, load_fingerprinted
 from gcl.training.compilation import compile_mode
+from gcl.training.progress import Progress
+from gcl.training.spec import ResolvedRun
 from gcl.training.train import DivergenceError, run_seed
 
 PROGRESS_DIR = Path(".gcl-progress")

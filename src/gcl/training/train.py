@@ -10,15 +10,15 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from gcl.data.benchmarks import KINDS, BenchmarkData, TrainingSettings
-from gcl.data.stream import Stream
+from gcl.core.backbones import begin_step, build_backbone
+from gcl.core.devices import environment
 from gcl.core.errors import UserError
 from gcl.core.results import SeedResult
+from gcl.data.benchmarks import KINDS, BenchmarkData, TrainingSettings
+from gcl.data.stream import Stream
 from gcl.methods import METHODS, MethodContext
 from gcl.methods.base import Method, RunSettings, TaskData
-from gcl.core.backbones import begin_step, build_backbone
 from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
-from gcl.core.devices import environment
 from gcl.training.evaluate import Evaluator, summarise
 from gcl.training.progress import Progress, StreamProgress
 

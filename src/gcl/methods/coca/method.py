@@ -46,7 +46,8 @@ Settings and where each default comes from:
   built from backbone.feat_dim by the authors' two recipes, chosen by the backbone's kind (its
   `head_style`, so a narrowed network of a dry run keeps its kind's heads). The MNIST MLP (100-d), as the
   authors' MNIST code: Linear(feat, feat), [BatchNorm1d], ReLU,
-  Linear(feat, out), Xavier-uniform weights and zero biases, projection 32-d. ResNet-18 (512-d): feat -> feat (BN, ReLU) -> feat (BN, ReLU) -> out, projection 64-d. The paper's text says
+  Linear(feat, out), Xavier-uniform weights and zero biases, projection 32-d. ResNet-18 (512-d): feat -> feat (BN,
+  ReLU) -> feat (BN, ReLU) -> out, projection 64-d. The paper's text says
   "three hidden layers"; the code's sizes are used.
 - head_norm = "auto": the heads have BatchNorm when the backbone has it (ResNet-18, as the code) and
   none on the MLP (a departure from the authors' MNIST code, which has it). Reason, measured: MNIST-360
@@ -69,8 +70,8 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from gcl.methods.coca.pretext import n_pretext_classes, random_pretext
 from gcl.methods.base import Method, ReplaySettings, register
+from gcl.methods.coca.pretext import n_pretext_classes, random_pretext
 
 AFFINITIES = ("paper", "code")
 
