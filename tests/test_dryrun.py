@@ -98,6 +98,15 @@ def test_one_run_per_method_and_benchmark_takes_the_smallest_buffer():
 
 
 @pytest.mark.e2e
+def test_a_comparison_is_kept_only_where_every_method_it_names_ran():
+    runs = {f"{m}-{b}": {"benchmark": "mnist-360", "method": m, "buffer": b}
+            for m, b in [("coca", 200), ("coca", 500), ("er", 200), ("er", 500), ("clser", 200)]}
+    both = {"benchmark": "mnist-360", "method": "coca", "against": ["er"]}
+    partial = {"benchmark": "mnist-360", "method": "coca", "against": ["er", "clser"]}   # clser lacks buffer 500
+    report = dryrun.dry_report({"comparisons": [both, partial]}, runs, ["mnist-360"])
+    assert report["comparisons"] == [both]
+
+
 def test_a_ci_size_dry_run_of_the_paper_profile_trains_and_reports(tmp_path, capsys):
     """One run per method on each kind of benchmark of the paper profile (MNIST-360; sequential 32x32x3 and
     64x64x3 images; CN-DPM's split protocol), 2 epochs, every pass ending in a short batch, through `dvc repro`."""

@@ -251,6 +251,14 @@ def dry_report(report: dict, runs: dict, bench_names: list[str]) -> dict:
         sensitivity["sweeps"] = [w for w in sensitivity["sweeps"] if set(w["methods"]) <= points]
         if not sensitivity["sweeps"]:
             del report["sensitivity"]
+    # a comparison is kept only where every method it names ran at each buffer of the compared method
+    buffers = {}
+    for r in runs.values():
+        buffers.setdefault((r["benchmark"], r["method"]), set()).add(str(r["buffer"]))
+    report["comparisons"] = [
+        c for c in report.get("comparisons") or []
+        if (mine := buffers.get((c["benchmark"], c.get("method", "coca"))))
+        and all(mine <= buffers.get((c["benchmark"], m), set()) for m in c["against"])]
     return report
 
 
