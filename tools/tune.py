@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if r[label] == float("-inf"):
             r[label], r["std"] = "diverged", "-"
     print(f"{args.run}: validation {name} % ({args.fraction:.0%} of each class held out), seeds {args.seeds}")
-    print(tabulate(rows, headers="keys", floatfmt=".2f"))
+    shown = [{k: str(v) if k in grid else v for k, v in r.items()} for r in rows]   # grid values as given (0.999, not 1.00)
+    print(tabulate(shown, headers="keys", floatfmt=".2f"))
     return rows
 
 
