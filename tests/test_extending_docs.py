@@ -1,4 +1,4 @@
-"""docs/extending.md names only files and names that exist."""
+"""docs/extending.md names only files and names that exist; every doc's links resolve."""
 import re
 from pathlib import Path
 
@@ -17,3 +17,14 @@ def test_every_path_and_name_in_the_extending_guide_exists():
                  "offline", "caveat", "paper_row", "summarise", "summary_frame", "TableSpec", "ReplaySettings",
                  "ResolvedRun", "TRAIN_CODE"):
         assert name in code, name
+
+
+def test_every_link_of_every_doc_resolves():
+    """Relative links of README.md, docs/*.md and the report's documents point at files that exist."""
+    broken = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "results").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text()):
+            path = target.split("#")[0]
+            if path and not re.match(r"[a-z]+://", path) and not (doc.parent / path).exists():
+                broken.append(f"{doc.relative_to(ROOT)}: {target}")
+    assert not broken, broken
