@@ -186,7 +186,7 @@ def test_a_stage_alone_refuses_settings_params_yaml_no_longer_says(project, how)
 @pytest.mark.e2e
 @pytest.mark.parametrize("change, message", [
     ({"device": "cuda:7"}, "params.yaml asks for device: cuda:7"),
-    ({"runs__mnist-360-er-200__buffer": 200.0}, "runs.mnist-360-er-200.buffer must be a positive integer"),
+    ({"runs__mnist-360-er-200__buffer": 200.0}, "runs.mnist-360-er-200.buffer = 200.0 is not accepted"),
 ])
 def test_an_error_the_user_can_fix_is_one_line_without_traceback(project, change, message):
     with edited(project, **change):
