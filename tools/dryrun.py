@@ -66,6 +66,7 @@ from gcl.config import algorithm_of, load_params, resolve_run  # noqa: E402
 from gcl.core.devices import available_cores  # noqa: E402
 from gcl.core.layout import run_dir  # noqa: E402
 from gcl.data.random_sources import SOURCE_SHAPES  # noqa: E402
+from gcl.report.settings import Comparison  # noqa: E402
 
 # the smallest input side at which the ResNet's last stage (three stride-2 convolutions: 9 -> 5 -> 3 -> 2) still
 # has 2 x 2 positions, as it has 4 x 4 and more at the real sizes: at 1 x 1, BatchNorm in training mode refuses a
@@ -255,10 +256,11 @@ def dry_report(report: dict, runs: dict, bench_names: list[str]) -> dict:
     buffers = {}
     for r in runs.values():
         buffers.setdefault((r["benchmark"], r["method"]), set()).add(str(r["buffer"]))
+    comparisons = [(c, Comparison.model_validate(c)) for c in report.get("comparisons") or []]
     report["comparisons"] = [
-        c for c in report.get("comparisons") or []
-        if (mine := buffers.get((c["benchmark"], c.get("method", "coca"))))
-        and all(mine <= buffers.get((c["benchmark"], m), set()) for m in c["against"])]
+        c for c, spec in comparisons
+        if (mine := buffers.get((spec.benchmark, spec.method)))
+        and all(mine <= buffers.get((spec.benchmark, m), set()) for m in spec.against)]
     return report
 
 

@@ -212,27 +212,22 @@ def sweep_panels(settings: ReportSettings, cells: list[RunResult]) -> list[Sweep
 # ---------------------------------------------------------------------------- dvc plots
 
 
+def _write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        csv.writer(f).writerows([header, *rows])
+    return path
+
+
 def write_plot_data(curves: list[Curve], confusions: list[Confusion], out: Path) -> list[Path]:
     """plots/curves/<benchmark>/<method>_<buffer>.csv (evaluation, accuracy: mean over seeds) and
     plots/confusion/<benchmark>/<method>_<buffer>.csv (actual, predicted: one line per test image of the
     first seed) for `dvc plots show/diff` (dvc.yaml's `plots:`)."""
     paths = []
     for c in curves:
-        path = out / "curves" / c.benchmark / f"{c.name}.csv"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["evaluation", "accuracy"])
-            for i, acc in enumerate(c.values, start=1):
-                w.writerow([i, f"{acc:.2f}"])
-        paths.append(path)
+        rows = [[i, f"{acc:.2f}"] for i, acc in enumerate(c.values, start=1)]
+        paths.append(_write_csv(out / "curves" / c.benchmark / f"{c.name}.csv", ["evaluation", "accuracy"], rows))
     for c in confusions:
-        path = out / "confusion" / c.benchmark / f"{c.name}.csv"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["actual", "predicted"])
-            for t, p in zip(*np.nonzero(c.counts)):
-                w.writerows([[int(t), int(p)]] * int(c.counts[t, p]))
-        paths.append(path)
+        rows = [[int(t), int(p)] for t, p in zip(*np.nonzero(c.counts)) for _ in range(int(c.counts[t, p]))]
+        paths.append(_write_csv(out / "confusion" / c.benchmark / f"{c.name}.csv", ["actual", "predicted"], rows))
     return paths
