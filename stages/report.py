@@ -5,8 +5,8 @@ from pathlib import Path
 
 from gcl.config import load_params, read_current, resolve_report
 from gcl.core.layout import resolved_report
+from gcl.core.progress_files import sweep_finished_progress
 from gcl.report.write import write_report
-from gcl.training.run import sweep_finished_progress
 
 PAPER = sorted(Path("reference").glob("*.csv"))   # the published numbers our runs are set beside
 

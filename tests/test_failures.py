@@ -19,8 +19,9 @@ from gcl.core.atomic import remove_stale_temporaries, save_tensors, write_json
 from gcl.core.fingerprint import fingerprint, train_code_digest, tree_digest
 from gcl.core.layout import TRAIN_CODE
 from gcl.core.processes import RunLock, RunLockedError
+from gcl.core.progress_files import PROGRESS_DIR
 from gcl.data import mnist360, sequential
-from gcl.training.run import PROGRESS_DIR, train_run
+from gcl.training.run import train_run
 from gcl.training.train import DivergenceError, run_seed
 from helpers import run_settings, small_er_run, synthetic_source
 

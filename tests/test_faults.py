@@ -17,9 +17,10 @@ import gcl.training.progress as progress_module
 from gcl.core.atomic import move_file, save_tensors, write_json
 from gcl.core.errors import error_line
 from gcl.core.processes import RunLock
+from gcl.core.progress_files import PROGRESS_DIR
 from gcl.training.checkpoint import Checkpoint
 from gcl.training.progress import Progress
-from gcl.training.run import PROGRESS_DIR, train_run
+from gcl.training.run import train_run
 from helpers import small_er_run
 
 FULL = "No space left on device. Fix: free disk space"

@@ -83,7 +83,7 @@ def test_progress_of_finished_runs_is_swept_unless_their_settings_changed_or_the
     from gcl.core.atomic import write_json
     from gcl.core.layout import run_dir
     from gcl.core.processes import RunLock
-    from gcl.training.run import PROGRESS_DIR, sweep_finished_progress
+    from gcl.core.progress_files import PROGRESS_DIR, sweep_finished_progress
 
     monkeypatch.chdir(tmp_path)
     runs = {f"m-er-{b}": {"benchmark": "mnist-360", "method": "er", "buffer": b, "lr": 0.1} for b in (200, 500, 1000)}

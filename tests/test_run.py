@@ -4,7 +4,8 @@ import json
 import pytest
 
 from gcl.core.atomic import save_tensors
-from gcl.training.run import PROGRESS_DIR, train_run
+from gcl.core.progress_files import PROGRESS_DIR
+from gcl.training.run import train_run
 from helpers import small_er_run
 
 

@@ -16,12 +16,9 @@ from pathlib import Path
 RESOLVED = Path("resolved")
 
 # The code a train stage runs (relative to the project root): the one scope of "the code a run's numbers depend
-# on" (gcl.core.fingerprint.train_code_digest). check@runs depends on it and writes its digest into every
-# resolved/runs/<run>.json, so that a train stage depends on two files (its settings with that digest, and its
-# benchmark) instead of on each of these: a short dvc.lock, which DVC re-reads and rewrites after every stage.
-# A code change re-runs check@runs, which changes every run's settings file. The resume fingerprint of a seed
-# hashes the same code, so that an edit outside it (the report, say) keeps in-progress checkpoints.
-# dvc.yaml's check stages list the same paths as dependencies.
+# on" (gcl.core.fingerprint.train_code_digest), hashed into every resolved run by check@runs and into each seed's
+# resume fingerprint. dvc.yaml's check stages list the same paths; docs/design.md says why a train stage depends on
+# that digest rather than on these folders.
 TRAIN_CODE = ("stages/train.py", "src/gcl/core", "src/gcl/training", "src/gcl/data", "src/gcl/methods")
 PROJECT = Path(__file__).resolve().parents[3]     # the project whose src/ holds this package (TRAIN_CODE's root)
 

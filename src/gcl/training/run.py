@@ -1,9 +1,9 @@
 """One run (one table cell: a benchmark, a method, a buffer): train every seed and aggregate.
 
-Each finished seed is saved under .gcl-progress/ with a fingerprint of its settings, of the benchmark file and of
-the code train stages run (gcl.core.layout.TRAIN_CODE), and each unfinished one keeps a checkpoint there
-(gcl.training.checkpoint), so a run that was interrupted goes on where it stopped; the folder is removed once the
-run's metrics.json is written. Progress lines go to stdout and to the run's train.log.
+Each finished seed is saved under .gcl-progress/ (gcl.core.progress_files) with a fingerprint of its settings,
+of the benchmark file and of the code train stages run (gcl.core.layout.TRAIN_CODE), and each unfinished one keeps
+a checkpoint there (gcl.training.checkpoint), so a run that was interrupted goes on where it stopped; the folder is
+removed once the run's metrics.json is written. Progress lines go to stdout and to the run's train.log.
 """
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from gcl.core.atomic import move_file, remove_stale_temporaries, save_tensors, w
 from gcl.core.devices import auto_workers, compile_threads, resolve_device, seed_devices, share_compile_threads, start_mps
 from gcl.core.fingerprint import file_digest, fingerprint
 from gcl.core.layout import benchmark_file, run_dir, run_log
-from gcl.core.processes import RunLock, RunLockedError, die_with_parent
+from gcl.core.processes import RunLock, die_with_parent
+from gcl.core.progress_files import run_lock_path, run_progress_dir
 from gcl.core.results import RunResult, SeedResult
 from gcl.data.benchmarks import DataSettings, load_benchmark
 from gcl.methods import METHODS
@@ -33,7 +34,6 @@ from gcl.training.progress import Progress
 from gcl.training.spec import ResolvedRun
 from gcl.training.train import DivergenceError, run_seed
 
-PROGRESS_DIR = Path(".gcl-progress")
 FEATURE_SAMPLES = 1000   # evaluation images whose final features are kept (first seed) for t-SNE
 
 
@@ -106,17 +106,12 @@ def train_run(spec: ResolvedRun, workers: int | str = 1, threads: int = 1, check
         return _train_run(spec, workers, threads, checkpoint_minutes, mps)
 
 
-def run_lock_path(key: str) -> Path:
-    """The lock file that one trainer of run `key` holds."""
-    return PROGRESS_DIR / f"{key}.lock"
-
-
 def _train_run(spec: ResolvedRun, workers: int | str, threads: int, checkpoint_minutes: float, mps: str) -> Path:
     key, run, training = spec.key, spec.run, spec.benchmark
     device = resolve_device(spec.device)      # a bad device stops here, before any training
     torch.set_num_threads(threads)
     bench_path = str(benchmark_file(run.benchmark))
-    progress = PROGRESS_DIR / key
+    progress = run_progress_dir(key)
     features = progress / "features.pt"
     out_dir = run_dir(run)
     remove_stale_temporaries(out_dir)     # left by a killed write; DVC restores the outputs themselves
@@ -186,32 +181,6 @@ def _train_run(spec: ResolvedRun, workers: int | str, threads: int, checkpoint_m
     # the cell is complete: a later forced run must train again, not reuse these seeds
     shutil.rmtree(progress, ignore_errors=True)
     return out
-
-
-def sweep_finished_progress(runs: dict[str, dict]) -> list[str]:
-    """Delete the progress folders (and lock files) of runs whose metrics.json holds the settings `runs`
-    gives them now (key -> resolved run settings), unless a process is training them: what an interrupted
-    run leaves when a later `dvc repro` restores its output from DVC's run cache instead of training it.
-    Returns the runs swept."""
-    swept = []
-    for key, run in runs.items():
-        progress, metrics = PROGRESS_DIR / key, run_dir(run) / "metrics.json"
-        lock = run_lock_path(key)
-        if not (progress.exists() or lock.exists()) or not metrics.exists():
-            continue
-        try:
-            finished = json.loads(metrics.read_text())["config"]["run"] == json.loads(json.dumps(run))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if not finished:
-            continue          # the folder may hold the progress of the settings params.yaml asks for now
-        try:
-            with RunLock(lock, key):   # which removes the lock file as it lets go
-                shutil.rmtree(progress, ignore_errors=True)
-        except RunLockedError:
-            continue
-        swept.append(key)
-    return swept
 
 
 def _earlier_result(done: Path, say) -> SeedResult | None:
