@@ -1,5 +1,6 @@
 """tools/dryrun.py: the dry profile keeps each run's stream structure while cutting its cost, and a CI-size dry run
 of the paper profile (one run per method on each kind of benchmark) trains and reports through `dvc repro`."""
+import os
 import sys
 from pathlib import Path
 
@@ -105,6 +106,14 @@ def test_a_comparison_is_kept_only_where_every_method_it_names_ran():
     partial = {"benchmark": "mnist-360", "method": "coca", "against": ["er", "clser"]}   # clser lacks buffer 500
     report = dryrun.dry_report({"comparisons": [both, partial]}, runs, ["mnist-360"])
     assert report["comparisons"] == [both]
+
+
+def test_the_stages_import_the_workspace_copy_first_and_keep_the_callers_packages(tmp_path, monkeypatch):
+    # a caller whose DVC and pydantic live on PYTHONPATH (a --target install) must still run the stages
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/opt/site", "/work/src"]))
+    assert dryrun.environment(tmp_path)["PYTHONPATH"].split(os.pathsep) == [str(tmp_path / "src"), "/opt/site", "/work/src"]
+    monkeypatch.delenv("PYTHONPATH")
+    assert dryrun.environment(tmp_path)["PYTHONPATH"] == str(tmp_path / "src")
 
 
 def test_a_ci_size_dry_run_of_the_paper_profile_trains_and_reports(tmp_path, capsys):

@@ -143,6 +143,9 @@ def test_compilecheck_passes_a_faithful_compile_and_flags_a_wrong_one(gridcost, 
         with pytest.raises(SystemExit, match="1"):
             compilecheck.main(argv)
         assert "the first loss differs beyond 0.001 for: b/er" in capsys.readouterr().out
+        with pytest.raises(SystemExit, match="1"):      # a CPU's kernels are deterministic: checked with either
+            compilecheck.main([*argv, "--kernels", "fast"])
+        assert "fast kernels; 30 steps" in capsys.readouterr().out
     finally:
         backbones.compiled_extract.cache_clear()
         torch._dynamo.reset()

@@ -307,8 +307,10 @@ def git(cwd: Path, *args: str) -> None:
 
 
 def environment(workspace: Path) -> dict:
-    # the workspace's own copy of the package, whatever is installed (DVC hashes that copy as the stages' code)
-    return {**os.environ, "PYTHONPATH": str(workspace / "src")}
+    # the workspace's own copy of the package first, whatever is installed (DVC hashes that copy as the stages'
+    # code); then the caller's PYTHONPATH, which may hold the packages themselves (a --target install of DVC)
+    paths = [str(workspace / "src"), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
 
 
 def dvc(workspace: Path, *args: str, log: Path | None = None) -> subprocess.CompletedProcess:

@@ -4,7 +4,8 @@
 #   bash tools/gpucheck.sh [OUT]          # OUT (default gpucheck/) receives one log per check and summary.txt
 #
 # 1. compilecheck, fp32 and bf16: ER, DER++, CoCa and CLS-ER trained eager and compiled (CUDA graphs) side by side
-#    on seq-cifar10's real stream: the same losses to rounding, and the speed-up.
+#    on seq-cifar10's real stream with deterministic kernels: the same losses to rounding; then with CUDA's usual
+#    kernels, fp32: the speed-up training sees.
 # 2. One MNIST-360 seed at full MNIST's size, compiled, with dynamo's recompilations logged (TORCH_LOGS=recompiles):
 #    a stream of many batch sizes must compile a handful of graphs, not one per size.
 # 3. gridcost with several processes sharing the GPU under NVIDIA's MPS (started if it is installed): what the
@@ -40,6 +41,8 @@ cat "$out/summary.txt"
 
 check compilecheck-fp32 900 python tools/compilecheck.py --benchmarks seq-cifar10 --methods er,derpp,coca,clser --device cuda
 check compilecheck-bf16 900 python tools/compilecheck.py --benchmarks seq-cifar10 --methods er,derpp,coca,clser --device cuda --bf16
+check compilecheck-speed 900 python tools/compilecheck.py --benchmarks seq-cifar10 --methods er,derpp,coca,clser --device cuda \
+    --kernels fast
 check mnist360-recompiles 900 env TORCH_LOGS=recompiles python tools/dryrun.py profiles/paper.yaml \
     --runs mnist-360-clser-200 --scale 1 --device cuda --compile true --workspace "$out/dry-mnist360" --fresh
 nvidia-cuda-mps-control -d > /dev/null 2>&1 || true   # gridcost's processes share the GPU better under MPS
