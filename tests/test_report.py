@@ -488,3 +488,14 @@ def test_a_run_whose_settings_change_what_it_measures_says_so_under_its_table(re
     caveats = resolve_report(load_params(ROOT / "reproductions/mnist-360/params.yaml"))["caveats"]
     assert sorted(caveats) == ["mnist-360-er-ace-1000", "mnist-360-er-ace-500"]
     assert all("replay alone" in text for text in caveats.values())
+
+
+def test_the_seeds_line_names_the_runs_that_train_other_seeds(resolved):
+    """A 10-seed cell must not read as one of the profile's seeds: the line under the title names every run
+    whose own `seeds` differ, by method, with the buffers where only some of its runs differ."""
+    write_report(resolved, "results", PAPER)
+    assert "\nSeeds [0, 1].\n" in tables_md()
+    add(resolved, "mnist-360", "er", 500, [60.0, 61.0, 62.0, 63.0])                    # er at B=500 only
+    add(resolved, "mnist-360", "coca", 200, [60.0, 61.0, 62.0, 63.0])                  # coca's only run
+    write_report(resolved, "results", PAPER)
+    assert "\nSeeds [0, 1] except 4 seeds (0-3) for coca, er at B=500.\n" in tables_md()   # params.yaml's order

@@ -60,6 +60,28 @@ def read_reproduction(folder: str | Path, paper: pd.DataFrame) -> ProfileResults
     return profile_results(ResolvedReport.from_json(resolved), summary, paper, Path(folder).as_posix())
 
 
+def seeds_line(profile: ProfileResults) -> str:
+    """The profile's seeds, and the runs that train other seeds (a run's own `seeds`), by method in params.yaml's
+    order: a reader must not take a 10-seed cell for a 3-seed one."""
+    default = tuple(profile.resolved.seeds)
+    runs = [(method, buffer, tuple(sorted(int(s) for s in group.seed)))
+            for (method, buffer), group in profile.summary.groupby(["method", "buffer"], sort=False)]
+    by_seeds: dict[tuple[int, ...], dict[str, list]] = {}
+    for method, buffer, seeds in runs:
+        if seeds != default:
+            by_seeds.setdefault(seeds, {}).setdefault(method, []).append(buffer)
+    parts = []
+    for seeds, methods in by_seeds.items():
+        names = []
+        for method, buffers in methods.items():
+            every = len(buffers) == sum(m == method for m, _, _ in runs)
+            names.append(profile.display.label(method) + ("" if every else " at " + ", ".join(f"B={b}" for b in buffers)))
+        span = (f"{seeds[0]}-{seeds[-1]}" if seeds == tuple(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2
+                else ", ".join(map(str, seeds)))
+        parts.append(f"{len(seeds)} seeds ({span}) for {', '.join(names)}")
+    return f"Seeds {list(default)}" + ("" if not parts else " except " + "; ".join(parts)) + "."
+
+
 def data_lines(profile: ProfileResults, h: str) -> str:
     """Where each benchmark's numbers come from (caption, source, stream length) and the environments."""
     out = [f"{h} Data\n"]
@@ -128,11 +150,11 @@ def render_tables(this: ProfileResults, paper: pd.DataFrame, warnings: list[str]
         if heading:
             out.write(heading + "\n\n")
         if profile.folder:
-            out.write(f"Seeds {profile.resolved.seeds}. The results of another profile, run with `dvc repro` in a "
+            out.write(f"{seeds_line(profile)} The results of another profile, run with `dvc repro` in a "
                       f"workspace of its own and committed in `{profile.folder}` (its params.yaml, dvc.lock and "
                       "results/); docs/running.md says how to regenerate them.\n\n")
         else:
-            out.write(f"Seeds {profile.resolved.seeds}.\n\n")
+            out.write(f"{seeds_line(profile)}\n\n")
         out.write(accuracy_sections(profile, paper, h))
     return out.getvalue().rstrip("\n") + "\n"
 
