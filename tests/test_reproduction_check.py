@@ -106,8 +106,7 @@ def test_the_committed_reproduction_is_the_one_its_dvc_lock_records():
     folder = ROOT / "reproductions" / "mnist-360"
     record = verify(folder, resolve_profile)
     assert record["summary_md5"] == md5(folder / "results/summary.csv")
-    assert len(record["resolved"]["runs"]) * len(record["resolved"]["seeds"]) == len(
-        pd.read_csv(folder / "results/summary.csv"))
+    assert sum(map(len, record["resolved"]["run_seeds"].values())) == len(pd.read_csv(folder / "results/summary.csv"))
 
 
 @pytest.mark.parametrize("edit", EDITS)
@@ -144,6 +143,24 @@ def test_a_half_copied_reproduction_is_refused(workspace):
     reproduction()
     (FOLDER / "dvc.lock").unlink()
     assert refusal().startswith(f"{FOLDER / 'dvc.lock'} is missing (report.reproductions lists {FOLDER})")
+
+
+def test_a_run_with_seeds_of_its_own_is_checked_against_them(workspace):
+    """A run that lists its own `seeds` (a 10-seed cell of a 3-seed profile) must hold exactly those rows."""
+    reproduction()
+    params = yaml.safe_load((FOLDER / "params.yaml").read_text())
+    er = next(k for k, r in params["runs"].items() if r["method"] == "er")
+    params["runs"][er]["seeds"] = [0, 1, 2]
+    (FOLDER / "params.yaml").write_text(yaml.safe_dump(params))
+    seal(FOLDER)
+    assert "(1 seed(s) missing, e.g. [('mnist-360', 'er', '200', 2)]" in refusal()   # seeds 0 and 1 only so far
+
+    def add_er_seed_2(summary):
+        summary.loc[len(summary)] = {**summary[summary.method == "er"].iloc[0].to_dict(), "seed": 2}
+
+    edit_summary(add_er_seed_2)
+    seal(FOLDER)
+    check()
 
 
 def test_a_params_yaml_this_code_refuses_names_the_folder(workspace):

@@ -233,14 +233,15 @@ def resolve_run(params: dict, key: str, top: TopLevel | None = None) -> Resolved
 
 def resolve_report(params: dict, runs: dict[str, ResolvedRun] | None = None) -> dict:
     """What the report reads (JSON, resolved/runs/report.json): the runs (flat), the benchmarks' display settings,
-    seeds, the methods' registered display defaults (algorithm, and a class's `label` / `paper_row`), the runs'
-    caveats (Method.caveat) and the report block.
+    the seeds (the profile's, and each run's own), the methods' registered display defaults (algorithm, and a
+    class's `label` / `paper_row`), the runs' caveats (Method.caveat) and the report block.
     `runs`: the runs as resolve_run gives them, when the caller has resolved them already."""
     from gcl.methods import METHODS
     report = validate(ReportSettings, params.get("report"), "report")
     if runs is None:
         top = check_top(params)
         runs = {key: resolve_run(params, key, top) for key in params["runs"]}
+    run_seeds = {key: list(spec.seeds) for key, spec in runs.items()}   # a run's own `seeds`, else the profile's
     runs = {key: spec.run for key, spec in runs.items()}
     benchmarks = {}
     for name in params["benchmarks"]:
@@ -260,7 +261,7 @@ def resolve_report(params: dict, runs: dict[str, ResolvedRun] | None = None) -> 
                               f"use 'method/buffer' of a run on that benchmark")
     # what a run measures where its settings make it something else than its method's name says (a table note)
     caveats = {key: text for key, run in runs.items() if (text := METHODS[run.algorithm].caveat(run))}
-    return {"seeds": params["seeds"], "benchmarks": benchmarks, "methods": methods,
+    return {"seeds": params["seeds"], "run_seeds": run_seeds, "benchmarks": benchmarks, "methods": methods,
             "runs": {key: run.model_dump(mode="json") for key, run in runs.items()},
             "caveats": caveats, "report": report.model_dump()}
 

@@ -64,19 +64,19 @@ def seeds_line(profile: ProfileResults) -> str:
     """The profile's seeds, and the runs that train other seeds (a run's own `seeds`), by method in params.yaml's
     order: a reader must not take a 10-seed cell for a 3-seed one."""
     default = tuple(profile.resolved.seeds)
-    runs = [(method, buffer, tuple(sorted(int(s) for s in group.seed)))
-            for (method, buffer), group in profile.summary.groupby(["method", "buffer"], sort=False)]
-    by_seeds: dict[tuple[int, ...], dict[str, list]] = {}
-    for method, buffer, seeds in runs:
+    several = len(profile.benchmarks) > 1
+    runs = [(benchmark, method, buffer, tuple(sorted(int(s) for s in group.seed))) for (benchmark, method, buffer), group
+            in profile.summary.groupby(["benchmark", "method", "buffer"], sort=False)]
+    by_seeds: dict[tuple[int, ...], dict[str, list[str]]] = {}
+    for benchmark, method, buffer, seeds in runs:
         if seeds != default:
-            by_seeds.setdefault(seeds, {}).setdefault(method, []).append(buffer)
+            cell = f"{benchmark} B={buffer}" if several else f"B={buffer}"
+            by_seeds.setdefault(seeds, {}).setdefault(method, []).append(cell)
     parts = []
     for seeds, methods in by_seeds.items():
-        names = []
-        for method, buffers in methods.items():
-            every = len(buffers) == sum(m == method for m, _, _ in runs)
-            names.append(profile.display.label(method) + ("" if every else " at " + ", ".join(f"B={b}" for b in buffers)))
-        span = (f"{seeds[0]}-{seeds[-1]}" if seeds == tuple(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2
+        names = [profile.display.label(method) + ("" if len(cells) == sum(r[1] == method for r in runs)
+                                                  else " at " + ", ".join(cells)) for method, cells in methods.items()]
+        span = (f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 2 and seeds == tuple(range(seeds[0], seeds[-1] + 1))
                 else ", ".join(map(str, seeds)))
         parts.append(f"{len(seeds)} seeds ({span}) for {', '.join(names)}")
     return f"Seeds {list(default)}" + ("" if not parts else " except " + "; ".join(parts)) + "."

@@ -100,8 +100,9 @@ def read_summary(folder: Path) -> pd.DataFrame:
 
 
 def check_rows(folder: Path, summary: pd.DataFrame, resolved: dict) -> None:
-    """Each seed of each run of `resolved` appears once, nothing else does, and no value is emptied: the
-    columns NEVER_EMPTY hold one in every row, any other holds one for every seed of a run or for none."""
+    """Each seed of each run of `resolved` (the run's own seeds where it lists them) appears once, nothing else
+    does, and no value is emptied: the columns NEVER_EMPTY hold one in every row, any other holds one for every
+    seed of a run or for none."""
     path = folder / SUMMARY
     missing = [c for c in NEVER_EMPTY if c not in summary.columns]
     if missing:
@@ -118,8 +119,8 @@ def check_rows(folder: Path, summary: pd.DataFrame, resolved: dict) -> None:
     if twice.any():
         raise ReportError(f"{path} repeats {_row(summary, twice.idxmax())}: each seed of a run appears once; "
                           f"{fix(folder)}")
-    want = {(r["benchmark"], r["method"], str(r["buffer"]), seed) for r in resolved["runs"].values()
-            for seed in resolved["seeds"]}
+    want = {(r["benchmark"], r["method"], str(r["buffer"]), seed) for key, r in resolved["runs"].items()
+            for seed in resolved["run_seeds"][key]}
     have = set(zip(summary.benchmark, summary.method, summary.buffer.astype(str), summary.seed.astype(int)))
     if want != have:
         missing, extra = sorted(want - have), sorted(have - want)
