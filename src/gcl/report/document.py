@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import io
+from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -72,10 +73,11 @@ def seeds_line(profile: ProfileResults) -> str:
         if seeds != default:
             cell = f"{benchmark} B={buffer}" if several else f"B={buffer}"
             by_seeds.setdefault(seeds, {}).setdefault(method, []).append(cell)
+    runs_of = Counter(method for _, method, _, _ in runs)
     parts = []
     for seeds, methods in by_seeds.items():
-        names = [profile.display.label(method) + ("" if len(cells) == sum(r[1] == method for r in runs)
-                                                  else " at " + ", ".join(cells)) for method, cells in methods.items()]
+        names = [profile.display.label(method) + ("" if len(cells) == runs_of[method] else " at " + ", ".join(cells))
+                 for method, cells in methods.items()]
         span = (f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 2 and seeds == tuple(range(seeds[0], seeds[-1] + 1))
                 else ", ".join(map(str, seeds)))
         parts.append(f"{len(seeds)} seeds ({span}) for {', '.join(names)}")
