@@ -82,3 +82,20 @@ def test_comparisons_are_a_report_setting():
     assert settings.comparisons[0].method == "coca"
     with pytest.raises(Exception):
         ReportSettings.model_validate({"comparisons": [{"benchmark": "mnist-360", "against": []}]})
+
+
+def test_one_seed_a_side_shows_the_difference_and_says_an_interval_needs_two():
+    one_seed = {k: v[:1] for k, v in CELLS.items()}
+    spec = Comparison(benchmark="mnist-360", method="coca", against=["er", "clser"])
+    rows = comparison_rows(spec, summary(one_seed))
+    assert [(r.best, r.difference.estimate, r.difference.has_interval) for r in rows] == \
+        [("clser", -1.0, False), ("clser", 5.0, False)]
+    text = comparison_section(spec, summary(one_seed), display(), "###")
+    assert "| -1.00 " in text and "| +5.00 " in text
+    assert "no interval (needs 2 seeds a side)" in text
+    assert "CoCa is not decided at B=200 and B=500: an interval needs at least 2 seeds on each side." in text
+    # one seed on one side only: still no interval, the other side's seeds shown
+    mixed = {**CELLS, ("coca", "200"): [60.0], ("coca", "500"): [80.0]}
+    rows = comparison_rows(spec, summary(mixed))
+    assert [r.difference.verdict for r in rows] == ["no interval (needs 2 seeds a side)"] * 2
+    assert "62.00 ± 1.00 (3)" in comparison_section(spec, summary(mixed), display(), "###")

@@ -356,3 +356,139 @@ def test_a_socket_folder_that_cannot_be_made_or_used_runs_the_stage_cold(stage, 
     assert info["parent"] == str(os.getpid())        # in the stage process itself: cold
     sockets = folder / f"gcl-warm-{os.getuid()}"
     assert not sockets.is_dir() or not any(sockets.iterdir())   # no server was started for a socket it cannot bind
+
+
+# ------------------------------------------------------------------------ a shared host: whom the launcher trusts
+
+NOBODY = 65534
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to act as another user (CI runs as root)")
+
+
+def sockets_folder(runtime: Path) -> Path:
+    return runtime / f"gcl-warm-{os.getuid()}"
+
+
+def fork_as_other_user(action) -> int:
+    """Run `action()` in a forked child that dropped to another user's ids; its pid (it exits 0 where action
+    returned True)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            code = 0 if action() else 2
+        finally:
+            os._exit(code)
+    return pid
+
+
+def exit_status(pid: int) -> int:
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+@pytest.mark.parametrize("made_by", ["another user", "mode 0777", "a link"])
+def test_a_socket_folder_not_this_users_alone_is_not_used_and_the_stage_runs_cold(stage, tmp_path, made_by):
+    """/tmp/gcl-warm-<uid> made first by someone else (or left open to others, or a link to elsewhere): the stage
+    neither serves from it nor connects to it, says so in one line, and runs cold."""
+    if made_by == "another user" and os.geteuid() != 0:
+        pytest.skip("needs root, to make a folder owned by another user")
+    run, _, _ = stage
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    folder = sockets_folder(runtime)
+    if made_by == "a link":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        folder.symlink_to(tmp_path / "elsewhere")
+    else:
+        folder.mkdir()
+        os.chmod(folder, 0o700 if made_by == "another user" else 0o777)
+        if made_by == "another user":
+            os.chown(folder, NOBODY, NOBODY)
+    done, info = run("0", XDG_RUNTIME_DIR=str(runtime))
+    assert done.returncode == 0 and info["parent"] == str(os.getpid())      # ran, cold
+    why = {"another user": f"owned by uid {NOBODY}", "mode 0777": "mode 0777", "a link": "not a directory"}[made_by]
+    said, rest = done.stderr.split("\n", 1)
+    assert said.startswith(f"gcl.warm: running cold: {folder}: ") and why in said and rest == "to stderr\n", done.stderr
+    assert not any(folder.iterdir())                 # no server, lock or log was made there
+    assert not any((tmp_path / "elsewhere").iterdir()) if made_by == "a link" else True
+
+
+@as_root
+def test_the_server_serves_only_its_own_user(stage, tmp_path, request):
+    """A connection from another uid (SO_PEERCRED) gets no reply and no child, even with the right request; the
+    server goes on serving its own user."""
+    import socket
+
+    from gcl.warm.protocol import receive, send
+    import shutil
+    import tempfile
+    run, _, _ = stage
+    runtime = Path(tempfile.mkdtemp(prefix="gw"))     # short: pytest's own folders are too long a path for a socket
+    request.addfinalizer(lambda: shutil.rmtree(runtime, ignore_errors=True))
+    first, a = run("0", XDG_RUNTIME_DIR=str(runtime))
+    assert first.returncode == 0 and a["parent"] != str(os.getpid())        # warm: a server listens
+    folder = sockets_folder(runtime)
+    [path] = folder.glob("*.sock")
+    key = path.stem
+    os.chmod(runtime, 0o755)
+    os.chmod(folder, 0o755)           # let the other user reach the socket (the test opens what a server relies on)
+    os.chmod(path, 0o777)
+
+    def knock() -> bool:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.settimeout(10)
+        conn.connect(str(path))
+        try:
+            send(conn, {"key": key, "script": "stages/probe.py", "argv": ["record"], "cwd": str(tmp_path), "env": {},
+                        "umask": 0o022, "client": os.getpid(), "owner": None})
+            return receive(conn) is None    # closed without a word
+        except (BrokenPipeError, ConnectionResetError):
+            return True                     # closed before the request was read
+    try:
+        assert exit_status(fork_as_other_user(knock)) == 0
+    finally:
+        os.chmod(folder, 0o700)
+    assert not (tmp_path / "ran.txt").exists()
+    second, b = run("0", XDG_RUNTIME_DIR=str(runtime))
+    assert second.returncode == 0 and b["parent"] == a["parent"]     # the same server, still serving its user
+
+
+@as_root
+def test_the_client_connects_only_to_a_server_of_its_own_user(request):
+    """A socket owned by another user, or a server process of another user behind a socket that looks like ours:
+    refused (Untrusted), so the stage's environment and streams go to no one else."""
+    import shutil
+    import socket
+    import tempfile
+
+    from gcl.warm.client import _connect
+    from gcl.warm.protocol import Untrusted
+    folder = Path(tempfile.mkdtemp(prefix="gw"))       # in /tmp, where the other user can reach it
+    request.addfinalizer(lambda: shutil.rmtree(folder, ignore_errors=True))
+    os.chmod(folder, 0o777)
+    path = folder / "server.sock"
+    ready_r, ready_w = os.pipe()
+
+    def listen() -> bool:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(path))
+        listener.listen(4)
+        os.write(ready_w, b"x")
+        time.sleep(30)
+        return True
+    pid = fork_as_other_user(listen)
+    os.close(ready_w)                                   # a child that fails ends the read below
+    try:
+        assert os.read(ready_r, 1) == b"x", "the other user's server did not start"
+        assert os.stat(path).st_uid == NOBODY
+        with pytest.raises(Untrusted, match=f"uid {NOBODY}"):
+            _connect(path)                             # the socket file is another user's
+        os.chown(path, os.getuid(), os.getgid())
+        with pytest.raises(Untrusted, match="another user listens"):
+            _connect(path)                             # looks like ours; the process behind it is not
+    finally:
+        os.close(ready_r)
+        os.kill(pid, signal.SIGKILL)
+        exit_status(pid)

@@ -1,7 +1,8 @@
 """A method against the best of a set of others, per buffer, decided with a confidence interval: the difference
 of the mean accuracies over seeds, its Welch interval (unequal variances, Welch-Satterthwaite degrees of
 freedom, as scipy's `ttest_ind(equal_var=False)` gives it), and a verdict in words: a win or a loss where the interval
-excludes 0, a tie where it holds it (report.comparisons)."""
+excludes 0, a tie where it holds it (report.comparisons). With fewer than 2 seeds on a side there is no interval: the
+difference is shown alone, and the verdict says that an interval needs 2 seeds."""
 from __future__ import annotations
 
 import math
@@ -20,16 +21,34 @@ LEVEL = 0.95
 
 @dataclass(frozen=True)
 class Difference:
-    """mean(a) − mean(b) and its confidence interval [low, high] at LEVEL; `df`: the Welch degrees of freedom."""
+    """mean(a) − mean(b) and its confidence interval [low, high] at LEVEL; `df`: the Welch degrees of freedom. Without
+    an interval (a side with one seed) low, high and df are None, and there is no verdict."""
 
     estimate: float
-    low: float
-    high: float
-    df: float
+    low: float | None = None
+    high: float | None = None
+    df: float | None = None
+
+    @property
+    def has_interval(self) -> bool:
+        return self.low is not None
 
     @property
     def verdict(self) -> str:
+        if not self.has_interval:
+            return NO_INTERVAL
         return "wins" if self.low > 0 else "loses" if self.high < 0 else "ties"
+
+
+NO_INTERVAL = "no interval (needs 2 seeds a side)"
+
+
+def difference(a: Sequence[float], b: Sequence[float]) -> Difference:
+    """mean(a) − mean(b), with its Welch interval where each side has 2 seeds or more (a profile of one seed, or a
+    dry run, still gets the difference)."""
+    if len(a) < 2 or len(b) < 2:
+        return Difference(float(pd.Series(a, dtype=float).mean() - pd.Series(b, dtype=float).mean()))
+    return welch_difference(a, b)
 
 
 def welch_difference(a: Sequence[float], b: Sequence[float]) -> Difference:
@@ -71,17 +90,19 @@ def comparison_rows(spec: Comparison, summary: pd.DataFrame) -> list[ComparisonR
                       for m in [spec.method, *spec.against]}
         best = max(spec.against, key=lambda m: per_method[m].mean())
         rows.append(ComparisonRow(str(buffer), per_method[spec.method], best, per_method[best],
-                                  welch_difference(per_method[spec.method], per_method[best])))
+                                  difference(per_method[spec.method], per_method[best])))
     return rows
 
 
 def _verdicts(rows: list[ComparisonRow], main: str) -> str:
     """The outcome in words, e.g. 'CoCa wins at B=500 and B=1000 and ties at B=200.'"""
     parts = []
-    for verdict in ("wins", "ties", "loses"):
+    for verdict in ("wins", "ties", "loses", NO_INTERVAL):
         at = [buffer_text(r.buffer) for r in rows if r.difference.verdict == verdict]
         if at:
-            parts.append(f"{verdict} at {' and '.join(at) if len(at) < 3 else ', '.join(at[:-1]) + ' and ' + at[-1]}")
+            where = ' and '.join(at) if len(at) < 3 else ', '.join(at[:-1]) + ' and ' + at[-1]
+            parts.append(f"{verdict} at {where}" if verdict != NO_INTERVAL else
+                         f"is not decided at {where}: an interval needs at least 2 seeds on each side")
     return f"{main} " + "; ".join(parts) + "."
 
 
@@ -96,7 +117,8 @@ def comparison_section(spec: Comparison, summary: pd.DataFrame, display: Display
         "best other": display.label(r.best),
         "its mean (seeds)": f"{fmt_mean_std(r.other.mean(), r.other.std())} ({len(r.other)})",
         f"{main} − best": f"{r.difference.estimate:+.2f}",
-        f"{LEVEL:.0%} interval (Welch)": f"[{r.difference.low:+.2f}, {r.difference.high:+.2f}]",
+        f"{LEVEL:.0%} interval (Welch)": f"[{r.difference.low:+.2f}, {r.difference.high:+.2f}]"
+                                         if r.difference.has_interval else "-",
         "verdict": r.difference.verdict,
     } for r in rows])
     metric = {"class_il": "Class-IL", "task_il": "Task-IL"}[spec.metric]

@@ -6,12 +6,13 @@ import fcntl
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from gcl.warm.protocol import ACK_TIMEOUT, GO_AHEAD, receive, send, server_key, socket_path
+from gcl.warm.protocol import ACK_TIMEOUT, GO_AHEAD, Untrusted, peer_uid, receive, send, server_key, socket_path
 from gcl.warm.stage import die_by
 
 START_TIMEOUT = 60.0
@@ -31,6 +32,9 @@ def run_stage(script: str, args: list[str]) -> int | None:
     try:
         path = socket_path(key)
         conn = _connect(path) or _start_server(key, path, Path(script).parent)
+    except Untrusted as exc:    # a folder or server that is not this user's alone: cold, and the user is told why
+        print(f"gcl.warm: running cold: {exc.filename}: {exc.strerror}", file=sys.stderr, flush=True)
+        return None
     except OSError:     # no socket folder, or one this user cannot write to: the stage runs cold, silently
         return None
     if conn is None:
@@ -93,13 +97,24 @@ def _umask() -> int:
 
 
 def _connect(path: Path) -> socket.socket | None:
+    """A connection to the server at `path`; None where none listens. Untrusted when the process listening there
+    belongs to another user: the request (this stage's environment) and its standard streams go to no one else."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.getuid():
+        raise Untrusted(1, f"not a socket of this user's (uid {info.st_uid})", str(path))
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(str(path))
-        return conn
     except OSError:
         conn.close()
         return None
+    if peer_uid(conn) != os.getuid():
+        conn.close()
+        raise Untrusted(1, "a server of another user listens there", str(path))
+    return conn
 
 
 def _start_server(key: str, path: Path, stages: Path) -> socket.socket | None:

@@ -14,6 +14,8 @@ import json
 import os
 import resource
 import socket
+import stat
+import struct
 import sys
 from pathlib import Path
 
@@ -48,16 +50,50 @@ def server_key() -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
 
 
+class Untrusted(OSError):
+    """A socket folder or a peer that is not this user's alone: the stage runs cold and says why, in one line."""
+
+
 def socket_path(key: str) -> Path:
-    """The server's socket, in a folder of this user's made if needed; an OSError when that folder cannot be made
-    (XDG_RUNTIME_DIR naming a missing or unwritable folder, as SLURM jobs, cron and sudo hand down) or the path is
-    too long for a socket."""
+    """The server's socket, in a private folder of this user's (made if needed); an OSError when that folder cannot
+    be made (XDG_RUNTIME_DIR naming a missing or unwritable folder, as SLURM jobs, cron and sudo hand down) or the
+    path is too long for a socket, and Untrusted when the folder is not this user's alone (see private_folder)."""
     folder = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"gcl-warm-{os.getuid()}"
-    folder.mkdir(mode=0o700, exist_ok=True)
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    private_folder(folder)
     path = folder / f"{key}.sock"
-    if len(os.fsencode(path)) > SOCKET_PATH_MAX:
+    if len(os.fsencode(unpublished(path, 10 ** 10 - 1))) > SOCKET_PATH_MAX:   # the longer of the two names it has
         raise OSError(errno.ENAMETOOLONG, "too long a path for a socket", str(path))
     return path
+
+
+def unpublished(path: Path, pid: int) -> Path:
+    """Where server `pid` binds its socket before it renames it to `path`, once it is ready."""
+    return path.with_suffix(f".{pid}.tmp")
+
+
+def private_folder(folder: Path) -> None:
+    """Refuse a socket folder that another user could have made or can write to: in /tmp (where XDG_RUNTIME_DIR is
+    unset) anyone may create `gcl-warm-<uid>` first, and whoever controls the folder controls which server a stage
+    talks to. It must be a real directory (not a link), owned by this user, with no access for group or others."""
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode):
+        raise Untrusted(errno.ENOTDIR, "not a directory (a link or a file)", str(folder))
+    if info.st_uid != os.getuid():
+        raise Untrusted(errno.EPERM, f"owned by uid {info.st_uid}, not by this user (uid {os.getuid()})", str(folder))
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        raise Untrusted(errno.EPERM, f"mode {stat.S_IMODE(info.st_mode):04o}: others may use it (0700 expected)",
+                        str(folder))
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The user id of the process at the other end of a connected Unix socket, as the kernel recorded it when the
+    connection was made (SO_PEERCRED: it cannot be forged by the peer)."""
+    _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return uid
 
 
 def send(conn: socket.socket, message: dict) -> None:

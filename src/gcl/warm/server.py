@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from gcl.warm import stage
-from gcl.warm.protocol import ACK_TIMEOUT, GO_AHEAD, receive, send, server_key
+from gcl.warm.protocol import ACK_TIMEOUT, GO_AHEAD, peer_uid, receive, send, server_key, unpublished
 
 KEEP_ALIVE = float(os.environ.get("GCL_WARM_KEEP_ALIVE", "30"))   # seconds a server waits for a stage
 
@@ -47,7 +47,7 @@ def serve(key: str, path: Path, stages: Path) -> None:
         importlib.import_module(name)
     if server_key() != key:      # the code changed while this server started: serve nothing
         return
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp = unpublished(path, os.getpid())
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(tmp))
     listener.listen(64)
@@ -65,6 +65,9 @@ def serve(key: str, path: Path, stages: Path) -> None:
                     os.close(fd)
                     continue
                 conn, _ = listener.accept()
+                if peer_uid(conn) != os.getuid():   # another user's process: it gets nothing, not even a reply
+                    conn.close()
+                    continue
                 pid, owner = _fork_stage(key, conn, listener)
                 if pid is not None:
                     children[pid] = conn
