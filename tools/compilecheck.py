@@ -44,7 +44,7 @@ from gcl.training.progress import StreamProgress  # noqa: E402
 from gcl.training.spec import ResolvedRun  # noqa: E402
 from gcl.training.train import EAGER_STEPS, setup_seed  # noqa: E402
 from gridcost import Quiet, cells_of  # noqa: E402
-from synthetic import SOURCE_SHAPES, random_benchmark, random_source  # noqa: E402
+from synthetic import random_benchmark, random_source, shape_of  # noqa: E402
 
 
 def use_deterministic_kernels() -> None:
@@ -140,7 +140,7 @@ def main(argv=None) -> list[dict]:
             print(f"{bench_name} {method}: not compiled (eager only, or trains after the stream); skipped")
             continue
         if bench_name not in benches:
-            benches[bench_name] = random_benchmark(spec.data, random_source(SOURCE_SHAPES[spec.data.source]))
+            benches[bench_name] = random_benchmark(spec.data, random_source(shape_of(params, spec.data.source)))
         eager = train(spec, benches[bench_name], device, False, args.steps, args.warmup)
         compiled = train(spec, benches[bench_name], device, True, args.steps, args.warmup)
         rows.append({"benchmark": bench_name, "method": method, **compare(eager, compiled)})

@@ -65,7 +65,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from gcl.config import algorithm_of, load_params, resolve_run  # noqa: E402
 from gcl.core.devices import available_cores  # noqa: E402
 from gcl.core.layout import run_dir  # noqa: E402
-from gcl.data.random_sources import SOURCE_SHAPES  # noqa: E402
+from gcl.data.random_sources import SOURCE_SHAPES, shape_name, shape_of  # noqa: E402
 from gcl.report.settings import Comparison  # noqa: E402
 
 # the smallest input side at which the ResNet's last stage (three stride-2 convolutions: 9 -> 5 -> 3 -> 2) still
@@ -143,14 +143,11 @@ def dry_profile(params: dict, keys: list[str], args: argparse.Namespace) -> dict
     for name in bench_names:
         block = dict(params["benchmarks"][name])
         source = block["source"]
-        if source not in SOURCE_SHAPES:
-            raise SystemExit(f"error: benchmark {name} reads source {source!r}, whose real shape is not known: add "
-                             "it to SOURCE_SHAPES in src/gcl/data/random_sources.py")
-        block["source"] = f"random-{source}"
+        block["source"] = f"random-{shape_name(params, source)}"
         sources[block["source"]] = {"train_per_class": None, "test_per_class": args.test_per_class}
         block["epochs"] = min(block["epochs"], args.epochs)
         if block["backbone"] == "resnet18":
-            side = SOURCE_SHAPES[source].image[1]
+            side = shape_of(params, source).image[1]
             block.update(width=args.width, input_size=args.pooled_size if args.pooled_size < side else None)
         if args.bf16:
             block["bf16"] = True
@@ -166,8 +163,8 @@ def dry_profile(params: dict, keys: list[str], args: argparse.Namespace) -> dict
             run["seeds"] = run["seeds"][:1]
     # cut as for the whole profile, whatever the selection: a run sees the same stream in every dry run
     for source, counts in cut_counts(params, params["runs"], args.scale, args.epochs).items():
-        if f"random-{source}" in sources:
-            sources[f"random-{source}"]["train_per_class"] = counts
+        if f"random-{shape_name(params, source)}" in sources:
+            sources[f"random-{shape_name(params, source)}"]["train_per_class"] = counts
     methods = {m: dict(params["methods"][m] or {}) for m in sorted({r["method"] for r in runs.values()})}
     for name, block in methods.items():
         if block.get("algorithm", name) == "cndpm":
@@ -188,7 +185,7 @@ def cut_counts(params: dict, runs: dict, scale: float, epochs_cap: int) -> dict[
             out[source] = None
             continue
         on_it = [r for r in runs.values() if params["benchmarks"][r["benchmark"]]["source"] == source]
-        real = SOURCE_SHAPES[source].counts("train")
+        real = shape_of(params, source).counts("train")
         for d in range(int((1 - scale) * min(real)), -1, -1):
             counts = [n - d for n in real]
             if keeps_remainders(params, on_it, d) and \

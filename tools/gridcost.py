@@ -47,7 +47,7 @@ from gcl.training.compilation import compile_mode  # noqa: E402
 from gcl.training.progress import Progress, StreamProgress  # noqa: E402
 from gcl.training.spec import ResolvedRun  # noqa: E402
 from gcl.training.train import setup_seed  # noqa: E402
-from synthetic import SOURCE_SHAPES, random_benchmark, random_source  # noqa: E402
+from synthetic import random_benchmark, random_source, shape_of  # noqa: E402
 
 
 class Quiet(Progress):
@@ -203,11 +203,7 @@ def measure(profile: str, pairs: dict, device: str, warmup: int, steps: int, pro
     """Per pair: the timings, with `effective` (seconds per step of the device's throughput) added."""
     params = load_params(profile)
     sources = {params["benchmarks"][bench]["source"] for bench, _ in pairs}
-    unknown = sources - set(SOURCE_SHAPES)
-    if unknown:
-        raise SystemExit(f"no real shape is known for source(s) {sorted(unknown)}: add them to SOURCE_SHAPES "
-                         "in tools/synthetic.py")
-    shapes = {name: SOURCE_SHAPES[name] for name in sources}
+    shapes = {name: shape_of(params, name) for name in sources}
     if processes == 1:
         results = [time_cells(profile, pairs, shapes, device, warmup, steps, overrides, trace=trace)]
     else:

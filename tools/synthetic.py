@@ -7,7 +7,7 @@ evaluation sets and streams have their real sizes.
 from __future__ import annotations
 
 from gcl.data.benchmarks import KINDS, BenchmarkData, DataSettings
-from gcl.data.random_sources import SOURCE_SHAPES, SourceShape, random_source  # noqa: F401  (the timing scripts' API)
+from gcl.data.random_sources import SOURCE_SHAPES, SourceShape, random_source, shape_of  # noqa: F401  (the timing scripts' API)
 
 
 def random_benchmark(data: DataSettings, source: dict) -> BenchmarkData:

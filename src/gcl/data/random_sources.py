@@ -48,6 +48,19 @@ SOURCE_SHAPES = {
 }
 
 
+def shape_name(params: dict, source: str) -> str:
+    """The SOURCE_SHAPES key of params.yaml's source `source`: the published dataset whose shape the timing and
+    dry-run tools give its random stand-in (random-<key>). A SystemExit naming the fix where none is known."""
+    if source in SOURCE_SHAPES:
+        return source
+    raise SystemExit(f"error: no real shape is known for source {source!r}: add it to SOURCE_SHAPES in "
+                     "src/gcl/data/random_sources.py")
+
+
+def shape_of(params: dict, source: str) -> SourceShape:
+    return SOURCE_SHAPES[shape_name(params, source)]
+
+
 def random_source(shape: SourceShape, train_per_class: int | list[int] | None = None,
                   test_per_class: int | None = None, seed: int = 0) -> dict:
     """A prepared source (the dict a prepare@ stage writes) of random images in `shape`; `train_per_class` (one
