@@ -1,15 +1,16 @@
 """ER-ACE: the asymmetric cross-entropy by hand, and the method in the loop without task boundaries."""
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from gcl.core.backbones import MLP
-from gcl.core.errors import UserError
-from gcl.data.transforms import to_unit_float
-from gcl.methods import METHODS, MethodContext
+from gcl.methods import METHODS
 from gcl.methods.erace import asymmetric_logits
 from gcl.training.train import run_seed
 from helpers import run_settings
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CPU = torch.device("cpu")
 
@@ -53,12 +54,15 @@ def test_learns_without_task_boundaries(tiny_mnist360):
 
 def test_batch_1_is_refused_before_training():
     """A one-image stream batch leaves the asymmetric cross-entropy over one logit once every class is seen:
-    exactly zero, with no gradient (so a batch-1 "ER-ACE" run is replay alone). Shown, then refused."""
+    exactly zero, with no gradient (so a batch-1 "ER-ACE" run is replay alone). Shown, then refused by its settings."""
     logits = torch.randn(1, 5, requires_grad=True)
     y = torch.tensor([2])
     loss = F.cross_entropy(asymmetric_logits(logits, y, seen_of(0, 1, 2, 3, 4)), y)
     loss.backward()
     assert loss.item() == 0.0 and torch.all(logits.grad == 0)
-    ctx = MethodContext(device=CPU, n_classes=5, train_transform=to_unit_float, generator=torch.Generator())
-    with pytest.raises(UserError, match="batch 1 is not ER-ACE"):
-        METHODS["er-ace"](MLP((1, 28, 28), 5), run_settings("er-ace", 10, lr=0.1, batch=1, replay_batch=4), ctx)
+    # so a profile with ER-ACE at batch 1 stops at check@runs, naming the run, before any training
+    from gcl.config import ParamsError, check_runs, load_params
+    params = load_params(ROOT / "profiles/mnist-360.yaml")
+    params["runs"]["mnist-360-er-ace-500"]["batch"] = 1
+    with pytest.raises(ParamsError, match=r"runs.mnist-360-er-ace-500.batch.*at least 2.*zero loss"):
+        check_runs(params)

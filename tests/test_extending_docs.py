@@ -14,7 +14,7 @@ def test_every_path_and_name_in_the_extending_guide_exists():
     code = "".join(p.read_text() for p in (ROOT / "src" / "gcl").rglob("*.py"))
     for name in ("register_kind", "data_setting", "training_setting", "BenchmarkSettings", "register_source",
                  "locate_archive", "extra_metrics", "state_attrs", "needs_boundaries", "uses_buffer", "reservoir",
-                 "offline", "caveat", "paper_row", "summarise", "summary_frame", "TableSpec", "ReplaySettings",
+                 "offline", "paper_row", "summarise", "summary_frame", "TableSpec", "ReplaySettings",
                  "ResolvedRun", "TRAIN_CODE"):
         assert name in code, name
 

@@ -473,26 +473,6 @@ def test_a_full_disk_writing_the_report_is_one_line_naming_results_and_keeps_the
     assert tables_md() == before and sorted(os.listdir("results")) == sorted(OUTPUTS)
 
 
-def test_a_run_whose_settings_change_what_it_measures_says_so_under_its_table(resolved):
-    """A method's caveat (here ER-ACE at batch 1, as the committed MNIST-360 reproduction ran it) is a note under
-    every table that shows the run, and only there."""
-    from gcl.config import load_params, resolve_report
-
-    add(resolved, "mnist-360", "er-ace", 500, [61.0, 62.0], settings={"batch": 1, "replay_batch": 16})
-    add(resolved, "mnist-360", "er-ace", 200, [51.0, 52.0], settings={"batch": 4, "replay_batch": 16})
-    resolved["caveats"] = {"mnist-360-er-ace-500": "batch 1: replay alone"}
-    write_report(resolved, "results", PAPER)
-    class_il = section(tables_md(), "### mnist-360")
-    assert "- er-ace, B=500: batch 1: replay alone" in class_il and "B=200: batch 1" not in class_il
-    # the caveats come from the methods: none in the committed reproduction (ER-ACE at batch 4 or more), one for
-    # a reproduction made before ER-ACE refused batch 1
-    params = load_params(ROOT / "reproductions/mnist-360/params.yaml")
-    assert resolve_report(params)["caveats"] == {}
-    params["runs"]["mnist-360-er-ace-500"]["batch"] = 1
-    caveats = resolve_report(params)["caveats"]
-    assert list(caveats) == ["mnist-360-er-ace-500"] and "replay alone" in caveats["mnist-360-er-ace-500"]
-
-
 def test_the_seeds_line_names_the_runs_that_train_other_seeds(resolved):
     """A 10-seed cell must not read as one of the profile's seeds: the line under the title names every run
     whose own `seeds` differ, by method, with the buffers where only some of its runs differ."""

@@ -45,6 +45,31 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
+def script_imports(script: Path, graph: dict[str, set[str]]) -> set[str]:
+    """The gcl modules a script imports, inside functions too, and all that they import in turn."""
+    todo = []
+    for node in ast.walk(ast.parse(script.read_text())):
+        if isinstance(node, ast.Import):
+            todo += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            todo += [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in graph else node.module
+                     for a in node.names]
+    seen = set()
+    while todo:
+        name = todo.pop()
+        while name and name not in graph:
+            name = name.rpartition(".")[0]
+        if name and name not in seen:
+            seen.add(name)
+            todo += graph[name]
+    return seen
+
+
+def module_file(module: str) -> str:
+    path = SRC / Path(*module.split("."))
+    return (path / "__init__.py" if path.is_dir() else path.with_suffix(".py")).relative_to(SRC.parent).as_posix()
+
+
 def layer(module: str) -> str | None:
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else None      # gcl itself: no layer
@@ -79,3 +104,23 @@ def test_no_module_is_long_without_saying_why():
         if lines > 320:
             doc = ast.get_docstring(ast.parse(f.read_text())) or ""
             assert "lines" in doc, f"{f.relative_to(SRC)}: {lines} lines and no reason at its top"
+
+
+def test_the_check_and_report_stages_depend_on_all_the_code_they_run():
+    """A stage whose code changes must run again: every module the check and report scripts import (at any depth)
+    is a dependency of the stage in dvc.yaml, or part of the train code (TRAIN_CODE), whose digest reaches the
+    report through resolved/runs. (prepare@ and benchmark@ list the code that makes their data: the settings
+    they read reach them through config's lazy imports of every layer, which change no pixel.)"""
+    import yaml
+
+    from gcl.core.layout import TRAIN_CODE
+    graph = import_graph()
+    stages = yaml.safe_load((SRC.parent / "dvc.yaml").read_text())["stages"]
+    for name in ("check", "report"):
+        stage = stages[name].get("do", stages[name])
+        script = SRC.parent / stage["cmd"].split()[3]
+        covers = list(stage["deps"]) + (list(TRAIN_CODE) if "resolved/runs" in stage["deps"] else [])
+        files = {module_file(m) for m in script_imports(script, graph)}
+        assert len(files) > 20, files
+        missing = sorted(f for f in files if not any(f == c or f.startswith(c.rstrip("/") + "/") for c in covers))
+        assert not missing, f"{name}: dvc.yaml's deps miss {missing}"

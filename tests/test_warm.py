@@ -419,11 +419,11 @@ def test_a_socket_folder_not_this_users_alone_is_not_used_and_the_stage_runs_col
 def test_the_server_serves_only_its_own_user(stage, tmp_path, request):
     """A connection from another uid (SO_PEERCRED) gets no reply and no child, even with the right request; the
     server goes on serving its own user."""
+    import shutil
     import socket
+    import tempfile
 
     from gcl.warm.protocol import receive, send
-    import shutil
-    import tempfile
     run, _, _ = stage
     runtime = Path(tempfile.mkdtemp(prefix="gw"))     # short: pytest's own folders are too long a path for a socket
     request.addfinalizer(lambda: shutil.rmtree(runtime, ignore_errors=True))

@@ -234,7 +234,7 @@ def resolve_run(params: dict, key: str, top: TopLevel | None = None) -> Resolved
 def resolve_report(params: dict, runs: dict[str, ResolvedRun] | None = None) -> dict:
     """What the report reads (JSON, resolved/runs/report.json): the runs (flat), the benchmarks' display settings,
     the seeds (the profile's, and each run's own), the methods' registered display defaults (algorithm, and a
-    class's `label` / `paper_row`), the runs' caveats (Method.caveat) and the report block.
+    class's `label` / `paper_row`) and the report block.
     `runs`: the runs as resolve_run gives them, when the caller has resolved them already."""
     from gcl.methods import METHODS
     report = validate(ReportSettings, params.get("report"), "report")
@@ -259,11 +259,9 @@ def resolve_report(params: dict, runs: dict[str, ResolvedRun] | None = None) -> 
         if missing:
             raise ParamsError(f"report.visualise.cells: {missing} are not runs on {report.visualise.benchmark!r}; "
                               f"use 'method/buffer' of a run on that benchmark")
-    # what a run measures where its settings make it something else than its method's name says (a table note)
-    caveats = {key: text for key, run in runs.items() if (text := METHODS[run.algorithm].caveat(run))}
     return {"seeds": params["seeds"], "run_seeds": run_seeds, "benchmarks": benchmarks, "methods": methods,
             "runs": {key: run.model_dump(mode="json") for key, run in runs.items()},
-            "caveats": caveats, "report": report.model_dump()}
+            "report": report.model_dump()}
 
 
 def resolve_profile(params_path: Path) -> dict:

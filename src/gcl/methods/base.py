@@ -110,12 +110,6 @@ class Method:
         self.buffer = (ReservoirBuffer(cfg.buffer, ctx.device, ctx.generator)
                        if self.uses_buffer and self.reservoir else None)
 
-    @classmethod
-    def caveat(cls, cfg: RunSettings) -> str | None:
-        """What a run with these resolved settings (an instance of `Run`) measures, where that is not what the
-        method's name says; the report prints it under the run's table. None for a run that is the method it names."""
-        return None
-
     def observe(self, x: torch.Tensor, y: torch.Tensor, x_raw: torch.Tensor) -> torch.Tensor:
         """One update on the (augmented) batch `x`; `x_raw` is the non-augmented batch. Returns the detached loss."""
         raise NotImplementedError

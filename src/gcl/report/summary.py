@@ -48,7 +48,6 @@ class ResolvedReport:
     benchmarks: dict[str, Benchmark]       # in params.yaml's order
     methods: dict[str, Registered]         # in params.yaml's order
     runs: dict[str, dict]                  # run key -> its flat settings, in params.yaml's order
-    caveats: dict[str, str]                # run key -> what it measures besides its method's name (a table note)
     settings: ReportSettings
 
     @classmethod
@@ -57,7 +56,7 @@ class ResolvedReport:
                       for name, b in data["benchmarks"].items()}
         methods = {name: Registered(m.get("algorithm"), m.get("label"), m.get("paper_row"))
                    for name, m in (data.get("methods") or {}).items()}
-        return cls(list(data["seeds"]), benchmarks, methods, dict(data["runs"]), dict(data.get("caveats") or {}),
+        return cls(list(data["seeds"]), benchmarks, methods, dict(data["runs"]),
                    ReportSettings.model_validate(data.get("report") or {}))
 
     def has_tasks(self, benchmark: str) -> bool:

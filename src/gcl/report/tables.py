@@ -69,7 +69,7 @@ def accuracy_table(spec: TableSpec, summary: pd.DataFrame, paper: pd.DataFrame, 
 def table_section(spec: TableSpec, resolved: ResolvedReport, summary: pd.DataFrame, paper: pd.DataFrame,
                   display: Display, h: str) -> str:
     """One of the paper's tables as a section headed `h`: a sub-section per benchmark that ran it, each with its
-    notes (the rows' notes, the runs' caveats, mixed environments); '' where no benchmark has it."""
+    notes (the rows' notes, mixed environments); '' where no benchmark has it."""
     sections = []
     for b in table_benchmarks(spec, summary, resolved):
         present = set(summary[(summary.benchmark == b) & summary[spec.metric].notna()].method)
@@ -79,9 +79,6 @@ def table_section(spec: TableSpec, resolved: ResolvedReport, summary: pd.DataFra
         if spec.rows is not None and len(present & set(spec.rows)) < 2:
             continue        # named rows (an ablation) with one configuration run compare nothing
         table, notes = accuracy_table(spec, summary, paper, display, b)
-        shown = {m for _, m in rows}
-        notes += [f"{display.label(run['method'])}, B={run['buffer']}: {text}" for key, text in resolved.caveats.items()
-                  if (run := resolved.runs[key])["benchmark"] == b and run["method"] in shown]
         mixed = environments(summary[summary.benchmark == b])
         if len(mixed) > 1:
             notes = [f"its cells come from {len(mixed)} environments: " + "; ".join(mixed), *notes]
