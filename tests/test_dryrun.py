@@ -7,9 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gcl.config import load_params, resolve_run
-from gcl.data import sequential
-from gcl.data.mnist360 import chunk_bounds
+from gcl.config import benchmark_settings, load_params, resolve_run
 from gcl.data.random_sources import SOURCE_SHAPES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,33 +25,60 @@ def paper():
     return params, dryrun.dry_profile(params, keys, args)
 
 
-def short_batches(counts: list[int], data: dict, batch: int, epochs: int) -> list[int]:
-    """The sizes of the batches shorter than `batch` (each pass's last), in stream order, on a sequential stream
-    of these class counts (built from labels alone: no images needed)."""
-    classes = data.n_tasks * data.classes_per_task
-    labels = torch.arange(classes).repeat_interleave(torch.tensor(counts[:classes]))
-    bench = {"train_task": labels // data.classes_per_task, "n_tasks": data.n_tasks, "train_x": labels,
-             "train_y": labels, "classes_per_task": data.classes_per_task}
-    stream = sequential.build_stream(bench, epochs, batch, torch.Generator().manual_seed(0))
-    sizes = [stream.bounds[i + 1] - stream.bounds[i] for i in range(stream.steps)]
-    return [n for n in sizes if n != batch]
+def real_stream_batches(params: dict, benchmark: str, batch: int, epochs: int, counts: list[int]) -> list[int]:
+    """The size of every batch of the stream a run really trains on, on a source with these training images per
+    class: the benchmark built and its stream drawn by the pipeline's own code (tiny blank images: the structure
+    does not depend on pixels), independent of the kinds' batch_sizes that the dry run computes with."""
+    settings = benchmark_settings(params, benchmark)
+    labels = torch.arange(len(counts)).repeat_interleave(torch.tensor(counts))
+    source = {"train_x": torch.zeros(len(labels), 1, 4, 4, dtype=torch.uint8), "train_y": labels,
+              "test_x": torch.zeros(len(counts), 1, 4, 4, dtype=torch.uint8), "test_y": torch.arange(len(counts)),
+              "classes": [str(c) for c in range(len(counts))]}
+    bench = type(settings).build(source, settings.data())
+    stream = type(settings).stream(bench, settings.training(), epochs, batch, torch.Generator().manual_seed(0))
+    return [stream.bounds[i + 1] - stream.bounds[i] for i in range(stream.steps)]
 
 
-def test_every_pass_ends_with_a_batch_of_its_real_size(paper):
-    """Each sequential run's batches take the same sizes on the cut stream as on the real one (the short last
-    batch of a pass included), and every MNIST-360 chunk keeps its remainder modulo the run's batch."""
-    params, dry = paper
+def dry_profiles(scale: float) -> tuple[dict, dict]:
+    params = load_params(PAPER)
+    args = dryrun.parse_args([str(PAPER), "--scale", str(scale)])
+    return params, dryrun.dry_profile(params, dryrun.selected_runs(params, ["*"]), args)
+
+
+@pytest.mark.parametrize("scale", [0.1, 0.01])     # the default, and the CI-size dry run's
+def test_every_short_batch_of_every_run_is_the_real_streams(scale):
+    """Every run of the paper profile meets, on the cut stream, the short batches of its real stream in the same
+    order (each pass's last over a task; each MNIST-360 segment's last), compared on streams drawn by the pipeline
+    itself; and its stream is longer than its buffer."""
+    params, dry = dry_profiles(scale)
+    seen = {}
     for key, run in dry["runs"].items():
         spec = resolve_run(params, key)
-        source = spec.data.source
-        real, cut = SOURCE_SHAPES[source].counts("train"), dry["sources"][f"random-{source}"]["train_per_class"]
-        batch, epochs = spec.run.batch, min(spec.benchmark.epochs, 2)
-        if spec.data.kind == "sequential":
-            assert short_batches(cut, spec.data, batch, epochs) == short_batches(real, spec.data, batch, epochs), key
-        else:
-            for n_real, n_cut in zip(real[:9], cut[:9]):
-                lengths = [[end - start for start, end in chunk_bounds(n)] for n in (n_real, n_cut)]
-                assert [n % batch for n in lengths[0]] == [n % batch for n in lengths[1]], key
+        real = list(SOURCE_SHAPES[spec.data.source].counts("train"))
+        cut = dry["sources"][f"random-{spec.data.source}"]["train_per_class"]
+        shape = (run["benchmark"], spec.run.batch, min(spec.benchmark.epochs, 2))
+        if shape not in seen:
+            streams = [real_stream_batches(params, *shape, counts) for counts in (real, cut)]
+            seen[shape] = [[n for n in sizes if n != spec.run.batch] for sizes in streams], sum(streams[1])
+        (real_short, cut_short), cut_length = seen[shape]
+        assert cut_short == real_short, (key, scale)
+        assert cut_length > dryrun.buffer_of(run), key
+    assert len(seen) >= 10          # the distinct streams (benchmark, batch, epochs) of the profile
+
+
+@pytest.mark.parametrize("block", [
+    {"kind": "mnist-360", "validation_fraction": 0.1},
+    {"kind": "sequential", "n_tasks": 4, "classes_per_task": 2, "validation_fraction": 0.15},
+    {"kind": "sequential", "n_tasks": 2, "classes_per_task": 3, "class_order": "cifar100-superclass"},
+])
+def test_a_kinds_batch_sizes_are_those_of_its_stream(block):
+    """The arithmetic the dry run cuts by (a kind's batch_sizes) against the stream itself, with a validation part
+    and a class order (which change each class's and task's count)."""
+    n_classes = 100 if block.get("class_order") else 10
+    params = {"sources": {"s": {}}, "benchmarks": {"b": {"source": "s", "backbone": "mlp", "epochs": 2, **block}}}
+    counts = [37 + 5 * c + (c % 3) for c in range(n_classes)]
+    for batch in (1, 4, 7, 32):
+        assert dryrun.stream_batches(params, "b", batch, 2, counts) == real_stream_batches(params, "b", batch, 2, counts)
 
 
 def test_the_dry_profile_keeps_each_runs_settings_and_cuts_the_rest(paper):
@@ -71,10 +96,6 @@ def test_the_dry_profile_keeps_each_runs_settings_and_cuts_the_rest(paper):
         assert block["epochs"] == min(real["epochs"], 2) and block["source"] == f"random-{real['source']}"
         assert (block.get("width"), block.get("input_size")) == ((2, 9) if real["backbone"] == "resnet18" else
                                                                  (None, None))
-    # every buffer fills before its stream ends
-    for key, run in dry["runs"].items():
-        counts = dry["sources"][dry["benchmarks"][run["benchmark"]]["source"]]["train_per_class"]
-        assert dryrun.stream_length(params, params["runs"][key], counts, 2) >= dryrun.buffer_of(run), key
     cut = sum(sum(s["train_per_class"]) for s in dry["sources"].values())
     assert cut < 0.2 * sum(sum(SOURCE_SHAPES[s.removeprefix("random-")].counts("train")) for s in dry["sources"])
 
@@ -98,7 +119,6 @@ def test_one_run_per_method_and_benchmark_takes_the_smallest_buffer():
         dryrun.selected_runs(params, ["seq-nothing-*"])
 
 
-@pytest.mark.e2e
 def test_a_comparison_is_kept_only_where_every_method_it_names_ran():
     runs = {f"{m}-{b}": {"benchmark": "mnist-360", "method": m, "buffer": b}
             for m, b in [("coca", 200), ("coca", 500), ("er", 200), ("er", 500), ("clser", 200)]}
@@ -116,13 +136,26 @@ def test_the_stages_import_the_workspace_copy_first_and_keep_the_callers_package
     assert dryrun.environment(tmp_path)["PYTHONPATH"] == str(tmp_path / "src")
 
 
+def test_one_run_per_method_keeps_the_runs_a_comparison_needs():
+    params = load_params(PAPER)
+    keys = dryrun.selected_runs(params, ["mnist-360-*"], one_per_method=True)
+    assert "mnist-360-clser-working-200" in keys            # the same algorithm as clser, yet compared with
+    assert "mnist-360-clser-working-500" not in keys and "mnist-360-coca-500" not in keys
+
+
+@pytest.mark.e2e
 def test_a_ci_size_dry_run_of_the_paper_profile_trains_and_reports(tmp_path, capsys):
     """One run per method on each kind of benchmark of the paper profile (MNIST-360; sequential 32x32x3 and
-    64x64x3 images; CN-DPM's split protocol), 2 epochs, every pass ending in a short batch, through `dvc repro`."""
+    64x64x3 images; CN-DPM's split protocol), 2 epochs, every pass ending in a short batch, through `dvc repro`;
+    the report with its comparison (one seed a side: the difference without an interval)."""
     status = dryrun.main([str(PAPER), "--runs", "mnist-360-*", "seq-cifar10-*", "seq-tinyimg-*", "split-cifar10-*",
                           "--one-per-method", "--scale", "0.01", "--workspace", str(tmp_path / "dry")])
     out = capsys.readouterr().out
     assert status == 0, out
     ok = [line for line in out.splitlines() if line.startswith("ok  ")]
-    assert len(ok) == 41 and "ok      report:" in out     # 40 runs and the report
-    assert (tmp_path / "dry" / "results" / "tables.md").exists()
+    assert len(ok) == 42 and "ok      report:" in out     # 41 runs (clser-working for the comparison) and the report
+    assert all("cut: 1 of " in line for line in ok[:-1] if "report:" not in line)
+    assert "e_lambda 0 (real 10)" in next(line for line in ok if "seq-cifar10-oewc" in line)
+    assert "not proven by this dry run" in out and "spawn on a GPU" in out and "random pixels" in out
+    tables = (tmp_path / "dry" / "results" / "tables.md").read_text()
+    assert "CoCa against the best of" in tables and "an interval needs at least 2 seeds on each side" in tables

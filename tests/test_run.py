@@ -24,6 +24,18 @@ def test_parallel_seeds_give_the_same_numbers(project):
     assert serial["mean"] == parallel["mean"] and serial["std"]["class_il"] > 0
 
 
+def test_seeds_trained_through_the_spawn_pool_give_the_same_numbers(project, monkeypatch):
+    """The pool a GPU's seed workers use (spawn: fresh interpreters, the run's settings and log sent to them),
+    exercised on the CPU, where the numbers must equal those of one process."""
+    import gcl.training.run as run_module
+    serial = json.loads(train_run(project).read_text())
+    monkeypatch.setattr(run_module, "pool_start_method", lambda device_type: "spawn")
+    spawned = json.loads(train_run(project, workers=2).read_text())
+    assert spawned["workers"] == 2
+    for seed in ("0", "1", "2"):
+        assert spawned["seeds"][seed]["acc_matrix"] == serial["seeds"][seed]["acc_matrix"]
+
+
 def test_an_interrupted_run_resumes_with_its_finished_seeds(project, monkeypatch):
     first = json.loads(train_run(project).read_text())
     calls = interrupted_at_seed_2(project, monkeypatch)

@@ -48,7 +48,6 @@ import contextlib
 import fcntl
 import fnmatch
 import json
-import math
 import os
 import re
 import shutil
@@ -62,7 +61,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from gcl.config import algorithm_of, load_params, resolve_run  # noqa: E402
+from gcl.config import algorithm_of, benchmark_settings, load_params, resolve_run  # noqa: E402
 from gcl.core.devices import available_cores  # noqa: E402
 from gcl.core.layout import run_dir  # noqa: E402
 from gcl.data.random_sources import SOURCE_SHAPES, shape_name, shape_of  # noqa: E402
@@ -132,7 +131,22 @@ def selected_runs(params: dict, patterns: list[str], one_per_method: bool = Fals
             run = params["runs"][key]
             first.setdefault((run["benchmark"], algorithm_of(params, run["method"])), key)
         keys = [k for k in keys if k in first.values()]
+        keys += [k for k in compared_runs(params, keys) if k not in keys]
     return keys
+
+
+def compared_runs(params: dict, keys: list[str]) -> list[str]:
+    """The runs the report's comparisons need beside the selected ones: for a comparison whose method has a
+    selected run, the runs of every method it is compared with at that run's buffer (so a selection of one run
+    per method still renders each comparison at its smallest buffer)."""
+    wanted = []
+    for spec in (Comparison.model_validate(c) for c in (params.get("report") or {}).get("comparisons") or []):
+        for key in keys:
+            run = params["runs"][key]
+            if (run["benchmark"], run["method"]) == (spec.benchmark, spec.method):
+                wanted += [k for k, r in params["runs"].items() if r["benchmark"] == spec.benchmark
+                           and r["method"] in spec.against and r["buffer"] == run["buffer"]]
+    return list(dict.fromkeys(wanted))
 
 
 def dry_profile(params: dict, keys: list[str], args: argparse.Namespace) -> dict:
@@ -177,59 +191,66 @@ def dry_profile(params: dict, keys: list[str], args: argparse.Namespace) -> dict
 
 def cut_counts(params: dict, runs: dict, scale: float, epochs_cap: int) -> dict[str, list[int] | None]:
     """Each source's training images per class in the dry run: the real counts less one cut `d` for every class,
-    `d` the largest up to (1 - scale) of the smallest class that keeps the real remainders (see `keeps_remainders`)
-    and leaves every run's stream longer than its buffer, so that every buffer fills. None: the real counts."""
+    `d` the largest up to (1 - scale) of the smallest class for which every run's stream has the short batches of
+    its real stream, in the same order (`short_batches`), and is longer than the run's buffer, so that every
+    buffer fills. None: the real counts."""
     out = {}
     for source in sorted({params["benchmarks"][r["benchmark"]]["source"] for r in runs.values()}):
         if scale >= 1:
             out[source] = None
             continue
-        on_it = [r for r in runs.values() if params["benchmarks"][r["benchmark"]]["source"] == source]
-        real = shape_of(params, source).counts("train")
+        real = list(shape_of(params, source).counts("train"))
+        # the streams that differ: one per benchmark, batch and epochs (many runs share one), with the largest buffer
+        streams: dict[tuple, int] = {}
+        for r in runs.values():
+            if params["benchmarks"][r["benchmark"]]["source"] == source:
+                shape = (r["benchmark"], run_batch(params, r), run_epochs(params, r, epochs_cap))
+                streams[shape] = max(streams.get(shape, 0), buffer_of(r))
+        wanted = {shape: short_batches(params, *shape, real) for shape in streams}
         for d in range(int((1 - scale) * min(real)), -1, -1):
             counts = [n - d for n in real]
-            if keeps_remainders(params, on_it, d) and \
-                    all(stream_length(params, r, counts, epochs_cap) >= buffer_of(r) for r in on_it):
+            if all(keeps_stream(params, shape, counts, wanted[shape], buffer) for shape, buffer in streams.items()):
                 break
         out[source] = counts
     return out
 
 
-def keeps_remainders(params: dict, runs: list[dict], d: int) -> bool:
-    """Whether cutting `d` images of every class keeps, for every run, each pass's last batch at its real size:
-    a task of k classes changes by k * d images, which every batch size used on it must divide; MNIST-360 cuts a
-    digit into 6 chunks of n // 6 + 1, each of which changes by d / 6, which the batch must divide."""
-    for run in runs:
-        bench, batch = params["benchmarks"][run["benchmark"]], run_batch(params, run)
-        if bench["kind"] == "mnist-360":
-            change = d // 6 if d % 6 == 0 else None
-        elif bench["kind"] == "sequential":
-            change = bench["classes_per_task"] * d
-        else:
-            raise SystemExit(f"error: the dry run does not know how a {bench['kind']!r} benchmark's stream depends on "
-                             "its image counts (keeps_remainders in tools/dryrun.py): add its rule, or run with "
-                             "--scale 1")
-        if change is None or change % batch:
-            return False
-    return True
+def stream_batches(params: dict, benchmark: str, batch: int, epochs: int, counts: list[int]) -> list[int]:
+    """The size of every batch of a run's stream on a source with these training images per class, from the code
+    that builds the real stream (the benchmark kind's batch_sizes: validation part, class order and all)."""
+    settings = benchmark_settings(params, benchmark)
+    try:
+        return type(settings).batch_sizes(counts, settings.data(), epochs, batch)
+    except NotImplementedError:
+        raise SystemExit(f"error: the dry run cannot cut the images of a {settings.kind!r} benchmark: its kind does not "
+                         "say how its stream's batches follow from the images per class (batch_sizes); run with "
+                         "--scale 1") from None
+
+
+def short_batches(params: dict, benchmark: str, batch: int, epochs: int, counts: list[int]) -> list[int]:
+    """The stream's batches shorter than `batch`, in stream order: the last of each pass over a task, and on
+    MNIST-360 the last of each segment."""
+    return [n for n in stream_batches(params, benchmark, batch, epochs, counts) if n != batch]
+
+
+def keeps_stream(params: dict, shape: tuple, counts: list[int], wanted: list[int], buffer: int) -> bool:
+    try:
+        sizes = stream_batches(params, *shape, counts)
+    except ValueError:          # too few images for the stream's structure (MNIST-360's six chunks of a digit)
+        return False
+    return sum(sizes) > buffer and [n for n in sizes if n != shape[1]] == wanted
 
 
 def run_batch(params: dict, run: dict) -> int:
     return run.get("batch", (params["methods"][run["method"]] or {}).get("batch", 1))
 
 
+def run_epochs(params: dict, run: dict, epochs_cap: int) -> int:
+    return min(run.get("epochs", params["benchmarks"][run["benchmark"]]["epochs"]), epochs_cap)
+
+
 def buffer_of(run: dict) -> int:
     return run["buffer"] if isinstance(run["buffer"], int) else 0
-
-
-def stream_length(params: dict, run: dict, counts: list[int], epochs_cap: int) -> int:
-    """Stream samples of `run` with these class counts; on MNIST-360 an estimate, two thirds of its digits' images
-    (its segments drop what is left of a chunk: a pessimistic bound; full MNIST streams 54,024-54,051 of 54,051)."""
-    bench = params["benchmarks"][run["benchmark"]]
-    epochs = min(run.get("epochs", bench["epochs"]), epochs_cap)
-    if bench["kind"] == "mnist-360":
-        return sum(counts[:9]) * 2 // 3
-    return sum(counts[:bench["n_tasks"] * bench["classes_per_task"]]) * epochs
 
 
 def dry_report(report: dict, runs: dict, bench_names: list[str]) -> dict:
@@ -334,32 +355,64 @@ def error_of(done: subprocess.CompletedProcess) -> str:
 # ------------------------------------------------------------------------ running
 
 def expected_steps(params: dict, key: str) -> int:
-    """A rough count of a run's stream steps, to start the longest runs first."""
+    """A run's stream steps (CoCa's counted four times: its passes), to start the longest runs first."""
     spec = resolve_run(params, key)
-    data, run = spec.data, spec.run
-    counts = params["sources"][data.source]["train_per_class"] or \
-        SOURCE_SHAPES[data.source.removeprefix("random-")].counts("train")
-    classes = data.n_tasks * data.classes_per_task if data.kind == "sequential" else len(counts)
-    return math.ceil(sum(counts[:classes]) / run.batch) * spec.benchmark.epochs * (4 if run.algorithm == "coca" else 1)
+    counts = params["sources"][spec.data.source]["train_per_class"] or \
+        SOURCE_SHAPES[spec.data.source.removeprefix("random-")].counts("train")
+    steps = len(stream_batches(params, spec.run.benchmark, spec.run.batch, spec.benchmark.epochs, list(counts)))
+    return steps * (4 if spec.run.algorithm == "coca" else 1)
 
 
-def train(workspace: Path, key: str, dry: dict) -> dict:
-    """One run's train stage through DVC; its status, steps and seconds."""
+def train(workspace: Path, key: str, dry: dict, cuts: str) -> dict:
+    """One run's train stage through DVC; its status, steps, seconds and what was cut of it."""
     start = time.perf_counter()
     done = dvc(workspace, "repro", "--single-item", f"train@{key}", log=workspace / "logs" / f"{key}.log")
     seconds = time.perf_counter() - start
     if done.returncode != 0:
-        return {"key": key, "ok": False, "seconds": seconds, "error": error_of(done)}
+        return {"key": key, "ok": False, "seconds": seconds, "error": error_of(done), "cuts": cuts}
     metrics = json.loads((workspace / run_dir(dry["runs"][key]) / "metrics.json").read_text())
     seed = next(iter(metrics["seeds"].values()))
-    return {"key": key, "ok": True, "seconds": seconds, "steps": seed["steps"], "train_seconds": seed["train_seconds"]}
+    return {"key": key, "ok": True, "seconds": seconds, "steps": seed["steps"], "train_seconds": seed["train_seconds"],
+            "cuts": cuts}
 
 
 def line(result: dict) -> str:
     if result["ok"]:
         return (f"ok      {result['key']:<36} {result['steps']:>7} steps  {result['seconds']:7.1f} s "
-                f"({result['train_seconds']:.1f} s training)")
-    return f"FAILED  {result['key']:<36} {'':>13}  {result['seconds']:7.1f} s  {result['error']}"
+                f"({result['train_seconds']:.1f} s training)  cut: {result['cuts']}")
+    return f"FAILED  {result['key']:<36} {'':>13}  {result['seconds']:7.1f} s  {result['error']}  (cut: {result['cuts']})"
+
+
+def run_cuts(params: dict, dry: dict, key: str) -> str:
+    """What the dry run cut of run `key`, in words: what its line says it did not prove at the real size."""
+    real, cut = resolve_run(params, key), resolve_run(dry, key)
+    out = []
+    if len(real.seeds) > len(cut.seeds):
+        out.append(f"{len(cut.seeds)} of {len(real.seeds)} seeds")
+    if cut.benchmark.epochs < real.benchmark.epochs:
+        out.append(f"{cut.benchmark.epochs} of {real.benchmark.epochs} epochs")
+    counts = dry["sources"][cut.data.source]["train_per_class"]
+    if counts is not None:
+        full = shape_of(params, real.data.source).counts("train")
+        out.append(f"{sum(counts) / sum(full):.0%} of the images")
+    if cut.benchmark.width is not None and real.benchmark.width is None:
+        out.append(f"width {cut.benchmark.width}" + (f", input pooled to {cut.benchmark.input_size} px"
+                                                     if cut.benchmark.input_size else ""))
+    for name, value in NUMERICS.get(real.run.algorithm, {}).items():
+        if getattr(cut.run, name) != getattr(real.run, name):
+            out.append(f"{name} {getattr(cut.run, name):g} (real {getattr(real.run, name):g})")
+    if real.run.algorithm == "cndpm":
+        out.append(f"experts narrowed, {cut.run.sleep_steps_vae} sleep steps")
+    return ", ".join(out) or "nothing"
+
+
+NOT_PROVEN = """not proven by this dry run (docs/dryrun.md):
+- accuracy: random pixels, not the real readers (no download, no decoding); narrowed networks; the tables mean nothing;
+- one seed per run, trained in one process: the seed-worker pool (`workers`, spawn on a GPU) is not run here;
+- {compiled};
+- the cuts each run's line names: fewer images, epochs and seeds; oEWC's penalty weight and CN-DPM's experts cut;
+- the report's comparisons with one seed a side: their differences, not their Welch intervals;
+- speed and memory at full size (tools/gridcost.py), numerical health at full width on real data."""
 
 
 def main(argv=None) -> int:
@@ -391,7 +444,8 @@ def dry_run(args: argparse.Namespace, params: dict, keys: list[str], dry: dict, 
     order = sorted(keys, key=lambda k: -expected_steps(dry, k))
     results = []
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        for job in concurrent.futures.as_completed([pool.submit(train, workspace, k, dry) for k in order]):
+        jobs = [pool.submit(train, workspace, k, dry, run_cuts(params, dry, k)) for k in order]
+        for job in concurrent.futures.as_completed(jobs):
             results.append(job.result())
             print(line(results[-1]), flush=True)
     failed = [r for r in results if not r["ok"]]
@@ -408,6 +462,9 @@ def dry_run(args: argparse.Namespace, params: dict, keys: list[str], dry: dict, 
           f"({', '.join(f'{b}: {n}' for b, n in sorted(by_bench.items()))})")
     for r in failed:
         print(f"failed: {r['key']}: {r['error']}")
+    compiled = ("eager on the CPU: compiled steps and CUDA graphs run only where a GPU compiles them (tools/gpucheck.sh)"
+                if args.device == "cpu" else f"on {args.device} at the benchmarks' compile setting")
+    print(NOT_PROVEN.format(compiled=compiled))
     return 1 if failed else 0
 
 

@@ -147,6 +147,13 @@ class BenchmarkSettings(Settings):
         raise NotImplementedError
 
     @staticmethod
+    def batch_sizes(class_counts: list[int], data: DataSettings, epochs: int, batch: int) -> list[int]:
+        """The size of every batch of the stream `stream` builds, in order, from the source's training images per
+        class alone (no pixels, no generator: the sizes do not depend on the draw), by the same code. What the dry
+        run keeps when it cuts a source's images (tools/dryrun.py)."""
+        raise NotImplementedError
+
+    @staticmethod
     def transforms(bench: BenchmarkData, training: TrainingSettings) -> tuple[Transform, Transform]:
         """(train, test) maps from batched uint8 images on the device to the network's input."""
         raise NotImplementedError

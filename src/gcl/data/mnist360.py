@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from gcl.data.benchmark_registry import BenchmarkData, BenchmarkSettings, data_setting, register_kind, training_setting
-from gcl.data.split import split_per_class
+from gcl.data.split import kept_count, split_per_class
 from gcl.data.stream import Stream
 from gcl.data.transforms import rotate, to_unit_float
 
@@ -60,6 +60,28 @@ def segment_batches(len_a: int, len_b: int, batch_size: int) -> list[tuple[int, 
         rem_a -= take_a
         rem_b -= take_b
     return batches
+
+
+def segment_plan(sizes: list[int], batch_size: int):
+    """The stream's 27 segments, in order, from each class's training images: per segment its two classes, the
+    [start, end) of the chunk each uses, and its batches (from a, from b). The one statement of the stream's
+    structure, which build_stream fills with images and batch_sizes counts."""
+    chunks = [chunk_bounds(n) for n in sizes]
+    chunk_used = [0] * N_CLASSES
+    for a, b in segment_pairs():
+        bounds = {}
+        for j in (a, b):
+            bounds[j] = chunks[j][chunk_used[j]]
+            chunk_used[j] += 1
+        (start_a, end_a), (start_b, end_b) = bounds[a], bounds[b]
+        yield a, b, bounds, segment_batches(end_a - start_a, end_b - start_b, batch_size)
+
+
+def batch_sizes(class_counts: list[int], validation_fraction: float, batch_size: int) -> list[int]:
+    """The size of every batch of the stream, from the source's training images per digit (each less its
+    validation part, as build_benchmark keeps them)."""
+    sizes = [kept_count(n, validation_fraction) for n in class_counts[:N_CLASSES]]
+    return [take_a + take_b for _, _, _, batches in segment_plan(sizes, batch_size) for take_a, take_b in batches]
 
 
 def train_angle(k: np.ndarray, n_j: int, j: int) -> np.ndarray:
@@ -113,22 +135,18 @@ def build_stream(bench: BenchmarkData, batch_size: int, generator: torch.Generat
         raise ValueError(f"mnist-360 draw mode {draw!r} is not one of {DRAW_MODES}")
     sizes = bench["class_sizes"]
     offsets = np.concatenate([[0], np.cumsum(sizes)])
-    chunks = [chunk_bounds(n) for n in sizes]
-    chunk_used = [0] * N_CLASSES
     drawn = [0] * N_CLASSES          # k: how many images of class j were drawn so far
     pool_idx, angles, bounds, eval_after = [], [], [0], []
-    for a, b in segment_pairs():
+    for a, b, chunk, batches in segment_plan(sizes, batch_size):
         picks = {}
         for j in (a, b):
-            start, end = chunks[j][chunk_used[j]]
-            chunk_used[j] += 1
+            start, end = chunk[j]
             n = end - start
             if draw == "without-replacement":
                 local = torch.randperm(n, generator=generator).numpy()
             else:
                 local = torch.randint(0, n, (n,), generator=generator).numpy()
             picks[j] = offsets[j] + start + local
-        batches = segment_batches(len(picks[a]), len(picks[b]), batch_size)
         used = {a: 0, b: 0}
         for take_a, take_b in batches:
             for j, take in ((a, take_a), (b, take_b)):
@@ -162,6 +180,10 @@ class Mnist360(BenchmarkSettings):
     def stream(bench: BenchmarkData, training: Mnist360.Training, epochs: int, batch: int,
                generator: torch.Generator) -> Stream:
         return build_stream(bench, batch, generator, training.draw)    # one pass: the stream is its 27 segments
+
+    @staticmethod
+    def batch_sizes(class_counts: list[int], data: Mnist360.Data, epochs: int, batch: int) -> list[int]:
+        return batch_sizes(class_counts, data.validation_fraction, batch)
 
     @staticmethod
     def transforms(bench: BenchmarkData, training: Mnist360.Training):

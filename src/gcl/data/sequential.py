@@ -24,7 +24,7 @@ from gcl.core.errors import UserError
 from gcl.data.augment import Normalize, TrainAugment
 from gcl.data.benchmark_registry import BenchmarkData, BenchmarkSettings, data_setting, register_kind, training_setting
 from gcl.data.class_orders import CLASS_ORDERS
-from gcl.data.split import split_per_class
+from gcl.data.split import kept_count, split_per_class
 from gcl.data.stream import Stream
 
 CROP_PADDING = 4
@@ -115,7 +115,7 @@ def build_stream(bench: BenchmarkData, epochs: int, batch_size: int, generator: 
     for t in range(bench["n_tasks"]):
         idx = torch.from_numpy(np.flatnonzero(task_of == t))
         n = len(idx)
-        cuts = list(range(batch_size, n, batch_size)) + [n]
+        cuts = pass_cuts(n, batch_size)
         for _ in range(epochs):
             order.append(idx.index_select(0, torch.randperm(n, generator=generator)))
             base = bounds[-1]
@@ -127,6 +127,29 @@ def build_stream(bench: BenchmarkData, epochs: int, batch_size: int, generator: 
                   origin=torch.arange(len(bench["train_x"])), pool_task=bench["train_task"],
                   task_classes=[(t * bench["classes_per_task"], (t + 1) * bench["classes_per_task"])
                                 for t in range(bench["n_tasks"])])
+
+
+def pass_cuts(n: int, batch_size: int) -> list[int]:
+    """Where one pass over `n` images ends each batch: every `batch_size`, the last batch shorter when it does not
+    divide `n`."""
+    return list(range(batch_size, n, batch_size)) + [n]
+
+
+def task_sizes(class_counts: list[int], data: Sequential.Data) -> list[int]:
+    """Each task's training images, from the source's training images per class: the class order's classes, each
+    less its validation part, as build_benchmark keeps them."""
+    n_classes = data.n_tasks * data.classes_per_task
+    order = _class_order(data.class_order, len(class_counts)) or range(len(class_counts))
+    kept = [kept_count(class_counts[c], data.validation_fraction) for c in list(order)[:n_classes]]
+    return [sum(kept[t * data.classes_per_task:(t + 1) * data.classes_per_task]) for t in range(data.n_tasks)]
+
+
+def batch_sizes(class_counts: list[int], data: Sequential.Data, epochs: int, batch_size: int) -> list[int]:
+    sizes = []
+    for n in task_sizes(class_counts, data):
+        cuts = [0, *pass_cuts(n, batch_size)]
+        sizes += [b - a for a, b in zip(cuts, cuts[1:])] * epochs
+    return sizes
 
 
 def transforms(bench: BenchmarkData, augment: bool):
@@ -157,6 +180,10 @@ class Sequential(BenchmarkSettings):
     def stream(bench: BenchmarkData, training: Sequential.Training, epochs: int, batch: int,
                generator: torch.Generator) -> Stream:
         return build_stream(bench, epochs, batch, generator)
+
+    @staticmethod
+    def batch_sizes(class_counts: list[int], data: Sequential.Data, epochs: int, batch: int) -> list[int]:
+        return batch_sizes(class_counts, data, epochs, batch)
 
     @staticmethod
     def transforms(bench: BenchmarkData, training: Sequential.Training):

@@ -14,6 +14,11 @@ def split_per_class(labels: torch.Tensor, n_classes: int, fraction: float) -> li
     counts = torch.bincount(labels, minlength=n_classes)[:n_classes].tolist()
     out = []
     for idx in torch.split(by_class[:sum(counts)], counts):
-        n_val = int(round(len(idx) * fraction))
-        out.append((idx[: len(idx) - n_val], idx[len(idx) - n_val:]))
+        n_kept = kept_count(len(idx), fraction)
+        out.append((idx[:n_kept], idx[n_kept:]))
     return out
+
+
+def kept_count(n: int, fraction: float) -> int:
+    """Training images a class of `n` keeps for the stream: all but the last round(n * fraction)."""
+    return n - int(round(n * fraction))

@@ -96,6 +96,12 @@ class _Deferred:
         return self.call()
 
 
+def pool_start_method(device_type: str) -> str:
+    """How seed workers start: fork in milliseconds on a CPU (the parent has run no torch op yet); CUDA needs spawn,
+    which starts each worker as a fresh interpreter that imports what it runs."""
+    return "fork" if device_type == "cpu" else "spawn"
+
+
 def train_run(spec: ResolvedRun, workers: int | str = 1, threads: int = 1, checkpoint_minutes: float = 10.0,
               mps: str = "off") -> Path:
     """Every seed of the resolved run `spec` (gcl.config.resolve_run); `workers` processes side by side (or
@@ -154,8 +160,7 @@ def _train_run(spec: ResolvedRun, workers: int | str, threads: int, checkpoint_m
     log.say(f"{len(todo)} seed(s) to train on {', '.join(sorted(set(map(str, devices)))) or device}, "
             f"{max(workers, 1)} process(es)")
     if workers > 1:   # seeds are independent: spread them over processes (CPU cores, or GPUs)
-        # fork starts a worker in milliseconds (the parent has run no torch op yet); CUDA needs spawn
-        context = multiprocessing.get_context("fork" if device.type == "cpu" else "spawn")
+        context = multiprocessing.get_context(pool_start_method(device.type))
         executor = ProcessPoolExecutor(workers, mp_context=context, initializer=start_worker,
                                        initargs=(compile_threads(workers),))
     else:
