@@ -10,9 +10,9 @@ call re-runs only what changed), on a params.yaml derived from the profile that 
 of the real run and cuts only cost that the structure does not depend on:
 
 kept:  every source's classes and image shape; the benchmarks' tasks and class orders; every run's method,
-       settings, batch, replay batch and buffer; and the size of every pass's last batch: each class loses the
-       same number of images, chosen so that every task (and every MNIST-360 chunk, a sixth of a digit) keeps
-       its remainder modulo every batch size that the runs on it use. So every kind of stream step,
+       settings, batch, replay batch and buffer; and every short batch of its stream: each class loses the
+       same number of images, chosen so that every run's stream has the short batches of its real stream in
+       the same order (each kind's batch_sizes, from the code that builds the stream). So every kind of stream step,
        short last batch, task end, epoch end, carry, evaluation point, checkpoint and boundary hook of the real
        run happens, in the same order, and every buffer fills before its stream ends;
 cut:   the pixels (random, gcl.data.random_sources; the source is not downloaded); images per class, to about
@@ -25,7 +25,7 @@ cut:   the pixels (random, gcl.data.random_sources; the source is not downloaded
        2 latent samples) and sleep phases (--sleep-steps Adam steps each instead of thousands); oEWC's penalty
        weight (0: see NUMERICS).
 
-Why the image counts are cut by default: the paper grid's 222 runs take about 1.5 million stream steps at their
+Why the image counts are cut by default: the paper grid's 225 runs take about 1.5 million stream steps at their
 real counts and 2 epochs, and a ResNet-18 step costs at least 5-25 ms on a CPU at any width (it is bound by its
 60 operations, not by their size; CoCa takes four passes a step): days, not the 90 minutes a check before a GPU
 run should take. What the cut can hide: a defect that depends on the absolute number of images rather than on
@@ -34,7 +34,8 @@ at buffer 5120 on seq-cifar10 exceeds the cut class, as 1,024 exceeds a real CIF
 size. `--runs ... --scale 1` runs chosen cells at their real counts.
 
 What it proves: the code paths of every run, its stages, checks and the report, run to the end on data of the
-real sizes. What it does not: accuracy (random pixels, narrowed networks), speed on a GPU (tools/gridcost.py),
+real sizes. What it does not (NOT_PROVEN, printed at the end): accuracy (random pixels, narrowed networks), more
+than one seed or the seed-worker pool, compiled steps, the report's intervals, speed on a GPU (tools/gridcost.py),
 numerical trouble at full width (a learning rate that diverges on real data), or memory at full size.
 
 One line per run (status, steps, seconds); the exit status is non-zero when any run failed, each named with its
