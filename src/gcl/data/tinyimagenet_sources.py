@@ -7,17 +7,15 @@ replaces the published checksum, for a deliberately different archive.
 """
 from __future__ import annotations
 
-import io
-import re
-import zipfile
-import zlib
 from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 from pydantic import Field
 
+from gcl.data.image_files import ImageFiles
+from gcl.data.image_files import natural as _natural
+from gcl.data.image_files import some as _some
 from gcl.data.image_sources import ArchiveSourceSettings, locate_archive, stats
 from gcl.data.source_registry import SourceError, register_source
 
@@ -39,39 +37,13 @@ def _tiny_fix(root: Path) -> str:
             f"{TINY_ROOT}/ folder works too); or set sources.tinyimagenet.url to a mirror of the same file.")
 
 
-class _Files:
-    """Read-only view of the dataset's files, inside the zip or in an extracted folder."""
+class _Files(ImageFiles):
+    """Read-only view of the dataset's files, inside the zip or in an extracted folder (gcl.data.image_files), the
+    archive's top folder `tiny-imagenet-200/` accepted either way."""
 
     def __init__(self, where: Path, root: Path):
-        self.where = where
-        self.fix = _tiny_fix(root)    # where the archive belongs: the download folder
-        try:
-            self.zip = zipfile.ZipFile(where) if where.is_file() else None
-        except zipfile.BadZipFile as exc:
-            raise SourceError(f"{where} is not a zip archive ({exc}). {self.fix}") from exc
-        if self.zip is not None:
-            names = self.zip.namelist()
-        else:
-            names = [p.relative_to(where).as_posix() for p in where.rglob("*") if p.is_file()]
-        # the archive holds one top folder `tiny-imagenet-200/`; accept a folder given either way
-        self.prefix = f"{TINY_ROOT}/" if any(n.startswith(f"{TINY_ROOT}/") for n in names) else ""
-        self.names = {n[len(self.prefix):] for n in names if n.startswith(self.prefix)}
-
-    def read(self, name: str) -> bytes:
-        if name not in self.names:
-            raise SourceError(f"{self.where} has no {self.prefix}{name}: it is not a complete Tiny ImageNet "
-                              f"archive. {self.fix}")
-        try:
-            if self.zip is not None:
-                return self.zip.read(self.prefix + name)
-            return (self.where / (self.prefix + name)).read_bytes()
-        # a damaged member: BadZipFile (bad CRC, bad local header), zlib.error (bad deflate stream), EOFError
-        # (cut short); NotImplementedError / RuntimeError for a compression method or encryption the
-        # canonical zip does not use; OSError for an unreadable file in an extracted folder
-        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError, OSError) as exc:
-            kind = "the archive is corrupt" if self.zip is not None else "the extracted folder is damaged"
-            raise SourceError(f"{self.where}: {self.prefix}{name} cannot be read ({type(exc).__name__}: {exc}): "
-                              f"{kind}. Delete {self.where} and supply a fresh copy. {self.fix}") from exc
+        # where the archive belongs: the download folder
+        super().__init__(where, _tiny_fix(root), top=TINY_ROOT, dataset="Tiny ImageNet")
 
     def text(self, name: str, strict: bool = True) -> list[str]:
         """The non-empty lines of a text file; `strict` refuses bytes that are not UTF-8 (the files are ASCII)."""
@@ -85,38 +57,12 @@ class _Files:
         return [line for line in text.splitlines() if line.strip()]
 
 
-def _natural(name: str):
-    """n01443537_10.JPEG after n01443537_9.JPEG: the images' own numbering."""
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
-
-
-def _decode_one(files: _Files, name: str) -> torch.Tensor:
-    """One JPEG as uint8 (3, H, W); the set has some grey-scale images, expanded to RGB as PIL does."""
-    try:
-        with Image.open(io.BytesIO(files.read(name))) as img:
-            pixels = np.array(img if img.mode == "RGB" else img.convert("RGB"))   # a writable copy
-    except (OSError, SyntaxError, ValueError) as exc:   # what PIL raises for damaged or foreign files
-        raise SourceError(f"{files.where}: {files.prefix}{name} is not a readable image ({exc}). "
-                          f"{files.fix}") from exc
-    return torch.from_numpy(pixels).permute(2, 0, 1)
-
-
-def _decode(files: _Files, names: list[str]) -> torch.Tensor:
-    """Decode every image into one preallocated uint8 (N, 3, H, W) tensor (a data-preparation step, run once)."""
-    first = _decode_one(files, names[0])
-    out = torch.empty((len(names), *first.shape), dtype=torch.uint8)
-    for i, name in enumerate(names):
-        img = first if i == 0 else _decode_one(files, name)
-        if img.shape != first.shape:
-            raise SourceError(f"{files.where}: {files.prefix}{name} is {tuple(img.shape)}, unlike the "
-                              f"{tuple(first.shape)} of the others: the archive is damaged or not Tiny ImageNet. "
-                              f"{files.fix}")
-        out[i] = img
-    return out
-
-
-def _some(items: list[str], k: int = 5) -> str:
-    return ", ".join(items[:k]) + (f" and {len(items) - k} more" if len(items) > k else "")
+def _decode(files: _Files, names: list[str], what: str) -> torch.Tensor:
+    """Every image as RGB (the set has some grey-scale images, expanded to RGB as PIL does), all of one size."""
+    def mismatch(name: str, shape: tuple, first: tuple) -> str:
+        return (f"{files.where}: {files.prefix}{name} is {shape}, unlike the {first} of the others: the archive is "
+                f"damaged or not Tiny ImageNet. {files.fix}")
+    return files.decode(names, mismatch, what=what)
 
 
 def _check_complete(files: _Files, wnids: list[str], per_class: dict[str, list[str]], test_names: list[str],
@@ -208,14 +154,14 @@ def tinyimagenet(settings: TinyImagenetSettings, download_dir: Path) -> dict:
         test_names.append(f"val/images/{fields[0]}")
         test_y.append(label[fields[1]])
     # canonical: verified against the published MD5, or an (unchecksummed) folder with the canonical 200 classes
-    canonical = files.zip is not None and settings.md5 == TINY_MD5 or files.zip is None and len(wnids) == TINY_CLASSES
+    canonical = files.archive and settings.md5 == TINY_MD5 or not files.archive and len(wnids) == TINY_CLASSES
     _check_complete(files, wnids, per_class, test_names, test_y, canonical)
     names = {}
     if "words.txt" in files.names:   # human-readable class names where the archive has them (not identifiers:
         for line in files.text("words.txt", strict=False):   # an odd byte there is shown, not fatal)
             w, _, words = line.partition("\t")
             names[w] = words.split(",")[0].strip()
-    train_x, test_x = _decode(files, train_names), _decode(files, test_names)
+    train_x, test_x = _decode(files, train_names, "training images"), _decode(files, test_names, "validation images")
     if train_x.shape[1:] != test_x.shape[1:]:
         raise SourceError(f"{files.where}: training images are {tuple(train_x.shape[1:])}, test images "
                           f"{tuple(test_x.shape[1:])}. {files.fix}")
