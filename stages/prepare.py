@@ -1,4 +1,5 @@
-"""Stage prepare@<source>: fetch or read one raw data source and save it as tensors."""
+"""Stage prepare@<source>: fetch or read one raw data source (with the reader its `kind` names) and save it as
+tensors."""
 import sys
 
 from gcl.config import load_params, read_current, resolve_source
@@ -12,7 +13,7 @@ def main() -> None:
     name = sys.argv[1]
     settings = read_current(resolved_source(name), resolve_source(load_params(), name), f"sources.{name}",
                             f"prepare@{name}")
-    print(prepare_source(name, settings, source_file(name).parent))
+    print(prepare_source(settings.kind, settings, source_file(name).parent))   # its reader: the block's kind
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ cifar-10-batches-py/; CIFAR-100: train, test, meta in cifar-100-python/), each a
 (N, 3072) uint8 `data` array (R, G, B planes, row-major), and the .tar.gz that holds the folder.
 Tiny ImageNet: tiny-imagenet-200/ with wnids.txt, words.txt, train/<wnid>/images/<wnid>_<i>.JPEG,
 train/<wnid>/<wnid>_boxes.txt, val/images/val_<i>.JPEG, val/val_annotations.txt, test/images.
+An image folder: <split>/<class>/<i>.png, and its zip or .tar.gz.
 Also a small labelled source dict (what any source writes) for benchmark-level tests.
 """
 from __future__ import annotations
@@ -56,11 +57,13 @@ def _cifar_split(classes: int, train_per_class: int, test_per_class: int, seed: 
             "test_x": class_images(test_y, 32, rng), "test_y": test_y}
 
 
-def write_cifar10(root: Path, train_per_class: int = 10, test_per_class: int = 4, seed: int = 0) -> dict:
-    """cifar-10-batches-py/ under `root`; the training images spread over the five batches, in class-mixed order."""
+def write_cifar10(root: Path, train_per_class: int = 10, test_per_class: int = 4, seed: int = 0,
+                  split: dict | None = None) -> dict:
+    """cifar-10-batches-py/ under `root`; the training images spread over the five batches, in class-mixed order
+    (`split`: these images and labels instead, {train_x, train_y, test_x, test_y} as numpy arrays)."""
     folder = root / CIFAR10.base_folder
     folder.mkdir(parents=True, exist_ok=True)
-    split = _cifar_split(10, train_per_class, test_per_class, seed)
+    split = split if split is not None else _cifar_split(10, train_per_class, test_per_class, seed)
     train_x, train_y, test_x, test_y = split["train_x"], split["train_y"], split["test_x"], split["test_y"]
     for b, part in enumerate(np.array_split(np.arange(len(train_y)), 5)):
         _pickle(folder / f"data_batch_{b + 1}", {"batch_label": f"training batch {b + 1} of 5",
@@ -100,6 +103,29 @@ def cifar_checksums(monkeypatch, cls, folder: Path, archive: Path | None = None)
 def tar_folder(folder: Path, archive: Path) -> Path:
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(folder, arcname=folder.name)
+    return archive
+
+
+def write_image_folder(root: Path, images: dict, suffix: str = ".png") -> Path:
+    """An image folder (torchvision ImageFolder's layout) under `root`: images {split: {class: [(C, H, W) uint8 arrays]}}
+    as root/<split>/<class>/<i>.png, i numbered from 0 without padding (so that natural order differs from name
+    order past 9); one channel is written as a grey-scale image. PNG keeps every pixel exact."""
+    for split, classes in images.items():
+        for name, arrays in classes.items():
+            (root / split / name).mkdir(parents=True, exist_ok=True)
+            for i, img in enumerate(arrays):
+                pil = Image.fromarray(img[0]) if img.shape[0] == 1 else Image.fromarray(img.transpose(1, 2, 0))
+                pil.save(root / split / name / f"{i}{suffix}")
+    return root
+
+
+def zip_folder(folder: Path, archive: Path, top: bool = True) -> Path:
+    """A zip of `folder`'s files, under a top folder of its name (`top`) or at the zip's root."""
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                rel = path.relative_to(folder.parent if top else folder).as_posix()
+                z.write(path, rel)
     return archive
 
 

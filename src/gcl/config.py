@@ -121,12 +121,27 @@ def resolve_runtime(params: dict) -> dict:
 
 # ---------------------------------------------------------------------------- data
 
-def resolve_source(params: dict, name: str) -> Settings:
-    """Source `name`'s settings, validated (its registered Settings)."""
+def source_kind(params: dict, name: str) -> str:
+    """The reader of source `name`: its block's `kind`, by default the name itself (gcl.data.source_registry)."""
     from gcl.data.sources import SOURCES
+    block = params["sources"][name]
+    if block is not None and not isinstance(block, dict):
+        raise ParamsError(f"sources.{name} must be a mapping, got {block!r}")
+    if block and "kind" in block:
+        kind = block["kind"]
+        if not isinstance(kind, str) or kind not in SOURCES:
+            raise ParamsError(f"sources.{name}.kind: unknown source kind {kind!r}; known kinds: {sorted(SOURCES)}")
+        return kind
     if name not in SOURCES:
-        raise ParamsError(f"sources.{name}: unknown data source; known sources: {sorted(SOURCES)}")
-    return validate(SOURCES[name].Settings, params["sources"][name], f"sources.{name}")
+        raise ParamsError(f"sources.{name}: unknown data source; known sources: {sorted(SOURCES)} (a source of "
+                          "another name names its reader with `kind:`, e.g. kind: image-folder)")
+    return name
+
+
+def resolve_source(params: dict, name: str) -> Settings:
+    """Source `name`'s settings, validated as its kind's (source_kind), `kind` among them."""
+    from gcl.data.sources import SOURCES
+    return validate(SOURCES[source_kind(params, name)].Settings, params["sources"][name], f"sources.{name}")
 
 
 def benchmark_settings(params: dict, name: str) -> BenchmarkSettings:

@@ -85,7 +85,11 @@ def reference(only: str | None = None) -> str:
                                    "general continual: no task boundaries",
                                    f"data settings: `{', '.join(data)}`; the rest are training settings"]))
     if only is None:
-        parts += ["## Sources", ""]
+        parts += ["## Sources", "",
+                  "A block `sources.<name>` is read by the reader of its `kind` (default: the name itself), one of "
+                  "the kinds below, so that several sources can share one, e.g. `cifar10-copy: {kind: image-folder, "
+                  "path: /data/cifar10.tar.gz, like: cifar10}`; the stage and its file are named after the block "
+                  "(prepare@cifar10-copy, data/raw/cifar10-copy/).", ""]
     for name, source in sorted(sources.items()):
         if only in (None, name):
             parts.append(_section(name, source.summary, source.Settings))

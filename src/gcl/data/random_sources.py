@@ -50,9 +50,23 @@ SOURCE_SHAPES = {
 
 def shape_name(params: dict, source: str) -> str:
     """The SOURCE_SHAPES key of params.yaml's source `source`: the published dataset whose shape the timing and
-    dry-run tools give its random stand-in (random-<key>). A SystemExit naming the fix where none is known."""
-    if source in SOURCE_SHAPES:
-        return source
+    dry-run tools give its random stand-in (random-<key>): the `like` of an image folder (gcl.data.folder_sources,
+    which checks the folder against it), else the source's kind (its `kind:`, by default its key). A SystemExit
+    naming the fix where none is known."""
+    block = (params.get("sources") or {}).get(source)
+    block = block if isinstance(block, dict) else {}
+    like, kind = block.get("like"), block.get("kind", source)
+    if like is not None:
+        if like not in SOURCE_SHAPES:
+            raise SystemExit(f"error: sources.{source}.like: {like!r} is not a dataset of known shape; known: "
+                             f"{sorted(SOURCE_SHAPES)}")
+        return like
+    if kind in SOURCE_SHAPES:
+        return kind
+    if kind == "image-folder":    # gcl.data.folder_sources.FOLDER_KIND (which imports this module)
+        raise SystemExit(f"error: source {source!r} is an image folder of no known shape: set sources.{source}.like "
+                         f"to the published dataset whose classes, images per class and image size it copies (one of "
+                         f"{', '.join(SOURCE_SHAPES)}), so that the dry-run and timing tools can stand in for it")
     raise SystemExit(f"error: no real shape is known for source {source!r}: add it to SOURCE_SHAPES in "
                      "src/gcl/data/random_sources.py")
 

@@ -16,13 +16,13 @@ from gcl.core.atomic import save_tensors
 from gcl.core.settings import Settings, validate
 
 # the source modules register their sources on import
-from gcl.data import cifar_sources, mnist_sources, random_sources, tinyimagenet_sources  # noqa: F401
+from gcl.data import cifar_sources, folder_sources, mnist_sources, random_sources, tinyimagenet_sources  # noqa: F401
 from gcl.data.source_registry import SOURCES, SourceError, SourceSettings, register_source  # noqa: F401  (the API)
 
 
 def source_settings(name: str, settings: Settings | dict | None) -> Settings:
-    """Source `name`'s settings, typed: validated from its params.yaml block (a mapping, or None for an empty one),
-    or as they are when already validated."""
+    """The settings of source kind `name`, typed: validated from a params.yaml block of that kind (a mapping, or
+    None for an empty one), or as they are when already validated."""
     if name not in SOURCES:
         raise SourceError(f"unknown data source {name!r}; known sources: {sorted(SOURCES)}")
     if isinstance(settings, SOURCES[name].Settings):
@@ -31,7 +31,7 @@ def source_settings(name: str, settings: Settings | dict | None) -> Settings:
 
 
 def read_source(name: str, settings: Settings | dict | None, download_dir: str | Path | None = None) -> dict:
-    """Source `name`'s tensors. `settings`: its block (source_settings); `download_dir` replaces its own where given
+    """The tensors of source kind `name`. `settings`: its block (source_settings); `download_dir` replaces its own where given
     (a source without downloads ignores it)."""
     settings = source_settings(name, settings)
     if download_dir is None:
@@ -42,7 +42,8 @@ def read_source(name: str, settings: Settings | dict | None, download_dir: str |
 
 
 def prepare_source(name: str, settings: Settings | dict | None, out_dir: str | Path) -> Path:
-    """Build source `name` with `settings` (as read_source takes them) and write `<out_dir>/data.pt` atomically."""
+    """Build source kind `name` with `settings` (as read_source takes them) and write `<out_dir>/data.pt`
+    atomically."""
     data = read_source(name, settings)
     out = Path(out_dir) / "data.pt"
     save_tensors(out, data)
