@@ -11,6 +11,7 @@ import pytest
 import torch
 import yaml
 
+from gcl.data.random_sources import SOURCE_SHAPES, SourceShape
 from image_fixtures import SEQ_BENCHMARK
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "tools"
@@ -25,8 +26,9 @@ def gridcost(monkeypatch):
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)
     spec.loader.exec_module(module)
-    small = module.SOURCE_SHAPES["mnist-bundled"].__class__(10, PER_CLASS, TEST_PER_CLASS, (1, 28, 28))
-    monkeypatch.setitem(module.SOURCE_SHAPES, "mnist-bundled", small)
+    # the tools look shapes up through gcl.data.random_sources.shape_of, in its SOURCE_SHAPES
+    small = SourceShape(10, PER_CLASS, TEST_PER_CLASS, (1, 28, 28))
+    monkeypatch.setitem(SOURCE_SHAPES, "mnist-bundled", small)
     yield module
     torch.set_num_threads(1)
 
