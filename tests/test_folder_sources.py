@@ -167,7 +167,7 @@ def test_like_checks_the_class_count_images_per_class_and_image_size(tmp_path, m
     monkeypatch.setitem(random_sources.SOURCE_SHAPES, "cifar10", SourceShape(3, 12, 3, (3, 32, 32)))
     with pytest.raises(SourceError) as e:
         read(root, like="cifar10")
-    assert re.search(r"train/ant/0\.png is 8x8 pixels, not cifar10's 32x32 \(the source's `like`\)\. Fix: set "
+    assert re.search(r"train/ant/0\.png is 8x8 pixels \(width x height\), not cifar10's 32x32 \(the source's `like`\)\. Fix: set "
                      r"image_size: 32 to resize it", one_line(e))
     assert read(root, like="cifar10", image_size=32)["train_x"].shape == (36, 3, 32, 32)
 
@@ -178,12 +178,12 @@ def test_image_size_resizes_with_pil_bilinear_or_refuses_when_resize_is_off(tmp_
     Image.fromarray(odd.transpose(1, 2, 0)).save(root / "train" / "cat" / "5.png")
     with pytest.raises(SourceError) as e:
         read(root)
-    assert re.search(r"copy: train/cat/5\.png is 10x12 pixels, not the 8x8 of the first training image\. Fix: set "
-                     r"image_size to resize every image to one size, or replace it\.", one_line(e))
+    assert re.search(r"copy: train/cat/5\.png is 12x10 pixels \(width x height\), not the 8x8 of the first training "
+                     r"image\. Fix: set image_size to resize every image to one size, or replace it\.", one_line(e))
     with pytest.raises(SourceError) as e:
         read(root, image_size=8, resize=False)
-    assert re.search(r"train/cat/5\.png is 10x12 pixels, not the 8x8 that image_size sets \(resize is false\)\. "
-                     r"Fix: set resize: true", one_line(e))
+    assert re.search(r"train/cat/5\.png is 12x10 pixels \(width x height\), not the 8x8 that image_size sets "
+                     r"\(resize is false\)\. Fix: set resize: true", one_line(e))
     data = read(root, image_size=8)
     resized = np.array(Image.fromarray(odd.transpose(1, 2, 0)).resize((8, 8), Image.BILINEAR)).transpose(2, 0, 1)
     assert torch.equal(data["train_x"][12 + 5], torch.from_numpy(resized))

@@ -195,9 +195,9 @@ def image_folder(settings: ImageFolderSettings, _download_dir: Path) -> dict:
 
 
 def _mismatch(files: ImageFiles, settings: ImageFolderSettings):
-    """The error for an image whose (C, H, W) is not the one every image must have."""
+    """The error for an image whose (C, H, W) is not the one every image must have (sizes as width x height)."""
     def message(name: str, got: tuple, want: tuple) -> str:
-        size = f"{want[1]}x{want[2]}"
+        size = f"{want[2]}x{want[1]}"
         if settings.image_size is not None:     # and resize is false
             why, fix = f"the {size} that image_size sets (resize is false)", "set resize: true to resize it, or replace it"
         elif settings.like is not None:
@@ -205,5 +205,6 @@ def _mismatch(files: ImageFiles, settings: ImageFolderSettings):
         else:
             why, fix = (f"the {size} of the first training image", "set image_size to resize every image to one "
                         "size, or replace it")
-        return f"{files.where}: {files.prefix}{name} is {got[1]}x{got[2]} pixels, not {why}. Fix: {fix}."
+        return (f"{files.where}: {files.prefix}{name} is {got[2]}x{got[1]} pixels (width x height), not {why}. "
+                f"Fix: {fix}.")
     return message
