@@ -11,6 +11,10 @@
 # 3. gridcost with several processes sharing the GPU under NVIDIA's MPS (started if it is installed): what the
 #    paper grid costs on this card.
 # 4. The dry run of one image cell on the GPU at full width, bf16 and compiled, through `dvc repro`.
+# 5. Optional, where GCL_CIFAR10_FOLDER names a copy of CIFAR-10 as an image folder (a folder, or a .tar.gz / .zip of
+#    one: train/<class>/, test/<class>/): seq-cifar10's ER, DER++ and CoCa at buffer 500 trained on its real images at
+#    the paper's length (50 epochs), 1 seed, through `dvc repro` of profiles/cifar10-folder.yaml in a workspace of its
+#    own ($OUT/folder-cifar10: its results/tables.md puts the paper's numbers beside them). Say which copy it was.
 #
 # Needs the project installed (pip install -e .) and an NVIDIA GPU; each check has a time limit, and the exit
 # status is the number of checks that failed. Every figure it prints belongs to the card named in summary.txt.
@@ -50,6 +54,22 @@ check gridcost-4-processes 900 python tools/gridcost.py --benchmarks seq-cifar10
     --device cuda --steps 100
 check dryrun-image-cell 900 python tools/dryrun.py profiles/paper.yaml --runs seq-cifar10-coca-200 --device cuda --bf16 \
     --width 64 --pooled-size 64 --workspace "$out/dry-image" --fresh
+if [ -n "${GCL_CIFAR10_FOLDER:-}" ]; then
+    ws=$(realpath -m "$out/folder-cifar10")
+    rm -rf "$ws" && mkdir -p "$ws/.dvc" && cp -r dvc.yaml .dvcignore stages src reference reproductions "$ws/" \
+        && cp .dvc/config "$ws/.dvc/config" && (cd "$ws" && git init -q)
+    # the profile with the folder's path, seed 0 and its buffer-500 runs (ER, DER++, CoCa), 50 epochs as it says
+    python - "$ws/params.yaml" <<'PY'
+import os, sys, yaml
+params = yaml.safe_load(open("profiles/cifar10-folder.yaml"))
+params["sources"]["cifar10-folder"]["path"] = os.path.abspath(os.environ["GCL_CIFAR10_FOLDER"])
+params["seeds"] = [0]
+params["runs"] = {key: run for key, run in params["runs"].items() if run["buffer"] == 500}
+yaml.safe_dump(params, open(sys.argv[1], "w"), sort_keys=False)
+PY
+    check folder-seq-cifar10-500 10800 bash -c 'cd "$1" && PYTHONPATH="$1/src" dvc repro' _ "$ws"
+    grep -A12 "seq-cifar10" "$ws/results/tables.md" 2>/dev/null | head -30 > "$out/folder-cifar10.txt" || true
+fi
 grep -h "recompil" "$out/mnist360-recompiles.log" "$out"/dry-mnist360/logs/*.log 2>/dev/null | head -20 \
     > "$out/recompiles.txt"
 echo "recompilations logged: $(wc -l < "$out/recompiles.txt") line(s) (first 20 in $out/recompiles.txt)" | tee -a "$out/summary.txt"
