@@ -4,6 +4,7 @@
     python tools/speed.py --backbone resnet18      # ResNet-18: seq-CIFAR-10 shapes, profiles/paper.yaml's settings
     python tools/speed.py --methods er,derpp --device cuda --bf16 --channels-last
     python tools/speed.py --cell seq-mnist-er-200  # one seed of one run of params.yaml, as dvc repro trains it
+    python tools/speed.py --stacked 10             # every stackable method: 10 seeds stacked vs the same seeds alone
 
 A method step is what the training loop does per stream batch: the batched augmentation of the stream
 batch, then `observe` (replay, distillation, buffer insertion, the update). Each method runs with the
@@ -244,6 +245,41 @@ def time_cell(args) -> None:
           f"{1e3 * r.train_seconds / r.steps:.1f} ms/step; class-il {r.class_il:.2f}, task-il {til}")
 
 
+def stacked_table(args) -> list[dict]:
+    """Per stackable method (gcl.methods.stacked), a whole MNIST-360 stream of `args.stacked` seeds trained stacked
+    and the same seeds trained one after the other in this process (run_seed), at the profile's MNIST-360 run
+    settings on random digits of MNIST's shape: training seconds per seed-step of each (evaluations left out, as a
+    seed's own train_seconds leave them out)."""
+    from gcl.data import mnist360
+    from gcl.methods.stacked import STACKED
+    from gcl.training.stacked_train import train_stacked
+    from gcl.training.train import run_seed
+
+    params = load_params(args.profile or "params.yaml")
+    device, seeds, rows = torch.device("cpu"), list(range(args.stacked)), []
+    for method in args.methods or sorted(STACKED):
+        key = next((k for k, r in params["runs"].items() if r["method"] == method
+                    and params["benchmarks"][r["benchmark"]]["kind"] == "mnist-360"), None)
+        if key is None:
+            print(f"[skip] {method}: no MNIST-360 run of it in {args.profile or 'params.yaml'}", file=sys.stderr)
+            continue
+        spec = resolve_run(params, key)
+        bench = mnist360.build_benchmark(random_source(SOURCE_SHAPES["mnist"], args.per_class, 20), spec.data)
+        alone = sum(run_seed(bench, spec.benchmark, spec.run, seed, device).train_seconds for seed in seeds)
+        together = train_stacked(bench, spec.benchmark, spec.run, seeds, device)
+        steps = together[0].steps
+        stacked = sum(r.train_seconds for r in together.values())
+        rows.append({"method": method, "run": key, "seeds": len(seeds), "steps": steps,
+                     "alone_ms": 1e3 * alone / (steps * len(seeds)), "stacked_ms": 1e3 * stacked / (steps * len(seeds))})
+    print(f"MNIST-360 stream of {args.per_class} random digits per class, MLP, cpu, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} thread(s): ms of training per seed-step")
+    print(f"{'method':<8}{'seeds':>6}{'steps':>7}{'alone':>9}{'stacked':>9}{'speed-up':>10}  run")
+    for r in rows:
+        print(f"{r['method']:<8}{r['seeds']:>6}{r['steps']:>7}{r['alone_ms']:>9.3f}{r['stacked_ms']:>9.3f}"
+              f"{r['alone_ms'] / r['stacked_ms']:>9.2f}x  {r['run']}")
+    return rows
+
+
 def main(argv=None) -> list[dict] | None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backbone", choices=sorted(PRESETS), default="mlp")
@@ -261,12 +297,19 @@ def main(argv=None) -> list[dict] | None:
     p.add_argument("--threads", type=int, default=None, help="CPU intra-op threads (default: torch's)")
     p.add_argument("--cell", default=None, help="time one seed of this run key of params.yaml instead")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--stacked", type=int, default=0, metavar="S", help="time S seeds trained stacked against the same "
+                   "seeds alone, for every stackable method (MNIST-360, MLP, CPU)")
+    p.add_argument("--per-class", type=int, default=400, help="with --stacked: random digits per class (400: the "
+                   "bundled digits' stream)")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.cell:
         time_cell(args)
         return None
+    if args.stacked:
+        args.methods = [m for m in args.methods.split(",") if m]
+        return stacked_table(args)
     if args.channels_last and args.backbone != "resnet18":
         p.error("--channels-last applies to --backbone resnet18")
     args.methods = [m for m in args.methods.split(",") if m]

@@ -27,5 +27,6 @@ def rotate(images: torch.Tensor, degrees: torch.Tensor) -> torch.Tensor:
 
 
 def to_unit_float(images: torch.Tensor) -> torch.Tensor:
-    """uint8 pixels to float32 in [0, 1] (MNIST-360 uses no augmentation and no normalisation)."""
-    return images.float().div_(255.0)
+    """uint8 pixels to floats in [0, 1] (MNIST-360 uses no augmentation and no normalisation): float32, or torch's
+    default float type where a test sets another (float64, in which stacked and lone seeds must agree)."""
+    return images.to(torch.get_default_dtype()).div_(255.0)

@@ -136,7 +136,7 @@ def run_seed(bench: BenchmarkData, training: TrainingSettings, run: RunSettings,
     resumes from its saved state (if one with the same fingerprint exists) and saves it as it goes.
     """
     s = setup_seed(bench, training, run, seed, device, compiled)
-    loop, net, method, evaluate, amp = s.loop, s.net, s.method, s.evaluate, s.amp
+    loop = s.loop
     progress = progress or Progress(run.method, seed=seed)
     saved = checkpoint.load(progress.say) if checkpoint else None
     if saved is not None:
@@ -144,7 +144,15 @@ def run_seed(bench: BenchmarkData, training: TrainingSettings, run: RunSettings,
         progress.say(f"resumed from {checkpoint.path} at step {loop.step} of {s.stream.steps}")
     scores = loop.run(StreamProgress(progress, s.stream, loop.has_tasks, s.schedule.stream_epochs, loop.step),
                       checkpoint)
-    with amp():
+    return seed_result(s, scores, bench, training, device, feature_samples)
+
+
+def seed_result(s: SeedSetup, scores: dict, bench: BenchmarkData, training: TrainingSettings, device: torch.device,
+                feature_samples: int = 0, **environment_extra) -> SeedResult:
+    """A trained seed's result: its scores (summarise's), with the final network's confusion matrix, its method's
+    own metrics and (`feature_samples` > 0) features for the t-SNE, after the collapse check."""
+    net, method, evaluate = s.net, s.method, s.evaluate
+    with s.amp():
         net.eval()
         confusion = evaluate.confusion(method.predict, bench["n_classes"])
         if evaluate.features_collapsed(method.features):
@@ -154,7 +162,7 @@ def run_seed(bench: BenchmarkData, training: TrainingSettings, run: RunSettings,
         method_metrics = method.extra_metrics()
         features = evaluate.features(method.features, feature_samples) if feature_samples else None
     return SeedResult(**scores, confusion=confusion, method_metrics=method_metrics,
-                      environment=environment(device, training.bf16, net.compile_mode),
+                      environment=environment(device, training.bf16, net.compile_mode) | environment_extra,
                       features=features)
 
 

@@ -1,0 +1,140 @@
+"""Seeds stacked: S seeds' networks as one network whose parameters carry a leading seed dimension, and their
+reservoir buffers as one set of tensors, so that one forward, one backward and one update serve every seed.
+
+Each seed keeps what is its own: its weights (initialised as its own network was: `StackedMLP.of` stacks
+networks built one by one), its buffer's contents and its random decisions (each seed's reservoir draws from
+that seed's generator, in the order a seed trained alone draws). Inputs and outputs carry the seed dimension
+first: (S, B, ...). A loss that sums the seeds' losses gives each seed's parameters exactly the gradient it would
+get alone, since no parameter is shared; so in float64 a stacked seed matches its lone run to rounding
+(tests/test_stacked.py), and in float32 the two paths round differently (equal in distribution, not bit for bit).
+
+Why batched matmuls (torch.baddbmm over the seed dimension) rather than torch.func.vmap over stacked state: on
+this project's 2-core CPU, 10 MLP seeds as one batched network took 0.120 ms per seed-step against 0.294 ms as
+separate networks, while vmap took 0.473 ms (plain SGD, one thread, 17 images a step).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from gcl.core.backbones import MLP
+from gcl.core.buffer import reservoir_slots, to_device
+
+
+class StackedLinear(nn.Module):
+    """S independent linear layers: x (S, B, in) -> (S, B, out), weight (S, out, in), bias (S, out)."""
+
+    def __init__(self, layers: list[nn.Linear]):
+        super().__init__()
+        self.weight = nn.Parameter(torch.stack([layer.weight.detach() for layer in layers]).clone())
+        self.bias = nn.Parameter(torch.stack([layer.bias.detach() for layer in layers]).clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias.unsqueeze(1), x, self.weight.transpose(1, 2))
+
+    def unstack(self, s: int, layer: nn.Linear) -> None:
+        """Copy seed `s`'s weights into `layer`."""
+        with torch.no_grad():
+            layer.weight.copy_(self.weight[s])
+            layer.bias.copy_(self.bias[s])
+
+
+class StackedMLP(nn.Module):
+    """S MLPs (gcl.core.backbones.MLP) as one: input (S, B, C, H, W) -> logits (S, B, classes)."""
+
+    def __init__(self, nets: list[MLP]):
+        super().__init__()
+        if not nets or any(type(n) is not MLP for n in nets):
+            raise TypeError("StackedMLP stacks MLPs, one per seed")
+        first = nets[0]
+        if first.input_size is not None:
+            raise ValueError("a stacked MLP takes its input as it is (input_size: none)")
+        self.seeds, self.feat_dim, self.head_style = len(nets), first.feat_dim, first.head_style
+        self.fc1 = StackedLinear([n.body[1] for n in nets])
+        self.fc2 = StackedLinear([n.body[3] for n in nets])
+        self.classifier = StackedLinear([n.classifier for n in nets])
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.flatten(2)
+        return torch.relu(self.fc2(torch.relu(self.fc1(x))))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+    def unstack(self, s: int, net: MLP) -> MLP:
+        """Seed `s`'s weights, copied into `net` (an MLP of the same shape): its network as if trained alone."""
+        for stacked, layer in ((self.fc1, net.body[1]), (self.fc2, net.body[3]), (self.classifier, net.classifier)):
+            stacked.unstack(s, layer)
+        return net
+
+
+class StackedReservoir:
+    """S reservoir buffers (gcl.core.buffer.ReservoirBuffer) of one capacity, filled and sampled together: fields
+    (S, capacity, ...). Every seed sees batches of one size (a run's seeds share their stream's batch sizes), so
+    every seed has seen as many samples; which slots a batch takes and which slots a replay draws are each seed's
+    own decisions, from its own generator, drawn as its lone buffer draws them."""
+
+    def __init__(self, capacity: int, device: torch.device | str, generators: list[torch.Generator]):
+        if capacity <= 0:
+            raise ValueError(f"buffer capacity must be positive, got {capacity}")
+        self.capacity, self.device, self.generators = capacity, torch.device(device), generators
+        self.seen = 0
+        self.fields: dict[str, torch.Tensor] = {}
+
+    @property
+    def seeds(self) -> int:
+        return len(self.generators)
+
+    def __len__(self) -> int:
+        return min(self.seen, self.capacity)
+
+    def is_empty(self) -> bool:
+        return self.seen == 0
+
+    def add(self, **values: torch.Tensor) -> None:
+        """Offer each seed its batch (every field (S, B, ...))."""
+        batch = next(iter(values.values())).shape[1]
+        if not self.fields:
+            self.fields = {name: torch.zeros((self.seeds, self.capacity, *v.shape[2:]), dtype=v.dtype,
+                                             device=self.device) for name, v in values.items()}
+        rows, positions, slots = [], [], []
+        for s, generator in enumerate(self.generators):
+            p, slot = reservoir_slots(self.seen, batch, self.capacity, generator)
+            rows.append(torch.full_like(p, s))
+            positions.append(p)
+            slots.append(slot)
+        self.seen += batch
+        rows, positions, slots = torch.cat(rows), torch.cat(positions), torch.cat(slots)
+        if rows.numel() == 0:
+            return
+        rows, positions, slots = (to_device(t, self.device) for t in (rows, positions, slots))
+        for name, v in values.items():
+            self.fields[name][rows, slots] = v.detach()[rows, positions].to(self.fields[name].dtype)
+
+    def sample_indices(self, size: int) -> torch.Tensor:
+        """(S, k): each seed's distinct random slots among the filled ones (all of them if fewer than `size`)."""
+        picks = [torch.randperm(len(self), generator=g)[:size] for g in self.generators]
+        return to_device(torch.stack(picks), self.device)
+
+    def sample(self, size: int, *names: str) -> tuple[torch.Tensor, ...]:
+        idx = self.sample_indices(size)
+        rows = torch.arange(self.seeds, device=self.device).unsqueeze(1)
+        return tuple(self.fields[n][rows, idx] for n in names)
+
+    def seed_state(self, s: int) -> dict:
+        """Seed `s`'s buffer as its lone ReservoirBuffer's state_dict."""
+        return {"capacity": self.capacity, "seen": self.seen,
+                "fields": {k: v[s].detach().clone() for k, v in self.fields.items()}}
+
+
+def seed_sum(per_sample: torch.Tensor) -> torch.Tensor:
+    """Each seed's mean over its batch (per_sample: (S, B)), summed over the seeds: the loss whose gradient is each
+    seed's own mean-loss gradient."""
+    return per_sample.mean(1).sum()
+
+
+def flat_seeds(t: torch.Tensor) -> torch.Tensor:
+    """(S, B, ...) -> (S * B, ...), for losses written per sample."""
+    return t.reshape(math.prod(t.shape[:2]), *t.shape[2:])

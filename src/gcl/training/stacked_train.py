@@ -1,0 +1,106 @@
+"""A run's seeds trained stacked: one network for S seeds (gcl.core.stacked), one step for all of them.
+
+Each seed is set up exactly as it is alone (setup_seed: its generator, its stream, its network's initial weights,
+its evaluator), then its network joins the stacked one and its method's step the stacked method's
+(gcl.methods.stacked). Every seed's stream has the same batch sizes (they follow from the class counts, not from
+the draw), so step k takes batch k of every seed's own stream. At each evaluation point every seed's weights are
+copied back into its own network and scored by its own evaluator, and each seed's result is made as a lone
+seed's is (seed_result), recording `stacked`: how many seeds trained together. In float64 a stacked seed equals
+its lone run to rounding (tests/test_stacked_train.py); in float32 the batched and the lone kernels round
+differently, so the two paths agree in distribution, each deterministic on one machine.
+
+Stacks so far: the methods of gcl.methods.stacked.STACKED on the MLP, eager, fp32 (or the default float type),
+with a training transform that draws no random numbers (no augmentation: MNIST-360, seq-MNIST); `unstackable`
+says why another run does not.
+"""
+from __future__ import annotations
+
+import torch
+
+from gcl.core.backbones import MLP
+from gcl.core.results import SeedResult
+from gcl.core.stacked import StackedMLP, flat_seeds
+from gcl.data.augment import TrainAugment
+from gcl.data.benchmarks import KINDS, BenchmarkData, TrainingSettings
+from gcl.methods.base import RunSettings
+from gcl.methods.stacked import STACKED
+from gcl.training.evaluate import summarise
+from gcl.training.train import DivergenceError, Timer, seed_result, setup_seed
+
+
+def unstackable(bench: BenchmarkData, training: TrainingSettings, run: RunSettings) -> str | None:
+    """Why the seeds of this run cannot train stacked (None: they can)."""
+    if run.algorithm not in STACKED:
+        return f"{run.algorithm}'s step does not stack (yet)"
+    if training.backbone != "mlp" or training.input_size is not None:
+        return "only the MLP stacks so far"
+    if training.bf16 or training.compile is True:
+        return "the stacked step runs eager in full precision"
+    train_transform, _ = KINDS[training.kind].transforms(bench, training)
+    if isinstance(train_transform, TrainAugment):
+        return "its augmentation draws from the global random generator, which stacked seeds do not share"
+    return None
+
+
+def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSettings, seeds: list[int],
+                  device: torch.device, feature_samples: int = 0) -> dict[int, SeedResult]:
+    """Train `seeds` of `run` as one stacked network; each seed's result, as run_seed would give it alone."""
+    why = unstackable(bench, training, run)
+    if why is not None:
+        raise ValueError(f"{run.method}: cannot stack its seeds: {why}")
+    setups = [setup_seed(bench, training, run, seed, device) for seed in seeds]
+    streams = [s.stream for s in setups]
+    if any(st.bounds != streams[0].bounds for st in streams):
+        raise RuntimeError("stacked seeds need streams of the same batch sizes")   # the kinds guarantee it
+    stream, n = streams[0], len(seeds)
+    net = StackedMLP([s.net for s in setups]).to(device)
+    method = STACKED[run.algorithm](net, run, [s.method.ctx for s in setups])
+    pools = torch.stack([s.loop.pool for s in setups])              # (S, pool, ...): each seed's own images
+    labels = torch.stack([s.loop.labels for s in setups])
+    orders = torch.stack([st.order for st in streams]).to(device)   # (S, samples)
+    rows = torch.arange(n, device=device).unsqueeze(1)
+    transform = setups[0].loop.train_transform
+    eval_after = set(stream.eval_after)
+    losses = [[] for _ in seeds]
+    loss_sum, loss_steps = torch.zeros(n, device=device), 0
+    timer = Timer(device)          # the training steps only, as a lone seed's (evaluations left out)
+    timer.start()
+    for step in range(stream.steps):
+        idx = orders[:, stream.bounds[step]:stream.bounds[step + 1]]
+        x_raw, y = pools[rows, idx], labels[rows, idx]
+        x = transform(flat_seeds(x_raw))
+        loss_sum += method.observe(x.view(*idx.shape, *x.shape[1:]), y, x_raw)
+        loss_steps += 1
+        if step in eval_after:
+            timer.stop()
+            _check_finite(loss_sum, net, seeds, step, stream.steps)
+            for s, setup in enumerate(setups):
+                losses[s].append(float(loss_sum[s]) / loss_steps)
+                net.unstack(s, setup.net)
+                setup.loop.evaluate_now()
+            loss_sum.zero_()
+            loss_steps = 0
+            timer.start()
+    timer.stop()
+    _check_finite(loss_sum, net, seeds, stream.steps - 1, stream.steps)
+    seconds = timer.total / n                                        # each seed's share of the stacked time
+    results = {}
+    for s, (seed, setup) in enumerate(zip(seeds, setups)):
+        assert isinstance(setup.net, MLP)
+        net.unstack(s, setup.net)
+        if not setup.loop.rows:
+            setup.loop.evaluate_now()
+        scores = summarise(setup.loop.rows, losses[s], setup.loop.has_tasks, stream.steps, stream.n_samples, seconds)
+        results[seed] = seed_result(setup, scores, bench, training, device, feature_samples, stacked=n)
+    return results
+
+
+def _check_finite(loss_sum: torch.Tensor, net: StackedMLP, seeds: list[int], step: int, steps: int) -> None:
+    """Refuse a seed whose loss or weights stopped being finite, naming it (one host synchronisation)."""
+    finite = torch.isfinite(loss_sum)
+    for p in net.parameters():
+        finite &= torch.isfinite(p.flatten(1)).all(1)
+    bad = [seed for seed, ok in zip(seeds, finite.tolist()) if not ok]
+    if bad:
+        raise DivergenceError(f"seed(s) {bad}: the loss or the network's parameters became non-finite by step {step} "
+                              f"of {steps}: the learning rate or a loss weight is probably too high")

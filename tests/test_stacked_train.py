@@ -1,0 +1,126 @@
+"""Seeds trained stacked (gcl.training.stacked_train) against the same seeds trained alone (run_seed), in float64:
+every seed's loss curve, accuracies after each evaluation, confusion matrix and final weights agree to 1e-9,
+through the buffer's filling and the whole MNIST-360 stream."""
+import pytest
+import torch
+
+from gcl.methods.stacked import STACKED, StackedER
+from gcl.training.stacked_train import train_stacked, unstackable
+from gcl.training.train import run_seed, setup_seed
+from helpers import run_settings
+
+CPU = torch.device("cpu")
+SEEDS = [0, 1, 2]
+RUNS = {"sgd": run_settings("sgd", lr=0.1, batch=4),
+        "er": run_settings("er", 30, lr=0.1, batch=4, replay_batch=6),
+        "er-ace": run_settings("er-ace", 30, lr=0.1, batch=4, replay_batch=6),
+        "der": run_settings("der", 30, lr=0.1, batch=4, replay_batch=6, alpha=0.5),
+        "derpp": run_settings("derpp", 30, lr=0.1, batch=4, replay_batch=6, alpha=0.3, beta=0.7)}
+
+
+@pytest.fixture
+def float64():
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(before)
+
+
+def relative_close(a, b) -> bool:
+    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    return torch.allclose(a, b, rtol=1e-9, atol=1e-9 * max(1.0, float(b.abs().max())))
+
+
+def final_weights(bench, cfg, run, seed):
+    """A lone seed's final weights (run_seed does not return its network)."""
+    setup = setup_seed(bench, cfg, run, seed, CPU)
+    setup.loop.run(progress=_Quiet())
+    return [p.detach().clone() for p in setup.net.parameters()]
+
+
+class _Quiet:
+    def due(self):
+        return False
+
+    def report(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("algorithm", sorted(RUNS))
+def test_stacked_seeds_train_exactly_as_each_seed_alone(tiny_mnist360, float64, algorithm):
+    bench, cfg = tiny_mnist360
+    run = RUNS[algorithm]
+    assert STACKED[algorithm] and unstackable(bench, cfg, run) is None
+    stacked = train_stacked(bench, cfg, run, SEEDS, CPU)
+    for seed in SEEDS:
+        alone = run_seed(bench, cfg, run, seed, CPU)
+        together = stacked[seed]
+        assert together.environment["stacked"] == len(SEEDS) and "stacked" not in alone.environment
+        assert together.steps == alone.steps and len(alone.acc_matrix) == 27
+        assert relative_close(together.loss_curve, alone.loss_curve), seed
+        assert relative_close(together.acc_matrix, alone.acc_matrix), seed
+        assert together.confusion == alone.confusion
+        assert together.class_il == pytest.approx(alone.class_il, rel=1e-9)
+    # the seeds differ from each other (each trained on its own stream, from its own initial weights)
+    assert len({round(stacked[s].loss_curve[3], 12) for s in SEEDS}) == len(SEEDS)
+
+
+def test_a_stacked_seeds_final_weights_are_its_lone_weights(tiny_mnist360, float64, monkeypatch):
+    """The stacked trainer copies each seed's weights back into that seed's own network: seen through it."""
+    import gcl.training.stacked_train as module
+    bench, cfg = tiny_mnist360
+    run = RUNS["er"]
+    kept, original = {}, module.setup_seed
+
+    def keeping(*args, **kwargs):
+        kept[args[3]] = original(*args, **kwargs)
+        return kept[args[3]]
+    monkeypatch.setattr(module, "setup_seed", keeping)
+    train_stacked(bench, cfg, run, [0, 1], CPU)
+    for seed in (0, 1):
+        lone = final_weights(bench, cfg, run, seed)
+        for a, b in zip(kept[seed].net.parameters(), lone):
+            assert relative_close(a.detach(), b)
+
+
+def test_a_leak_between_seeds_is_caught(tiny_mnist360, float64, monkeypatch):
+    """The equivalence fails when one seed's buffer decisions come from another seed's generator."""
+    bench, cfg = tiny_mnist360
+    run = RUNS["er"]
+    original = StackedER.__init__
+
+    def leaky(self, net, cfg, ctxs):
+        original(self, net, cfg, ctxs)
+        self.buffer.generators[1] = self.buffer.generators[0]       # seed 1 draws from seed 0's generator
+    monkeypatch.setattr(StackedER, "__init__", leaky)
+    stacked = train_stacked(bench, cfg, run, SEEDS, CPU)
+    assert relative_close(stacked[2].loss_curve, run_seed(bench, cfg, run, 2, CPU).loss_curve)
+    assert not relative_close(stacked[1].loss_curve, run_seed(bench, cfg, run, 1, CPU).loss_curve)
+
+
+def test_what_does_not_stack_says_why(tiny_mnist360):
+    bench, cfg = tiny_mnist360
+    assert "does not stack" in unstackable(bench, cfg, run_settings("gem", 30, lr=0.1, batch=4))
+    with pytest.raises(ValueError, match="cannot stack"):
+        train_stacked(bench, cfg, run_settings("agem", 30, lr=0.1, batch=4, replay_batch=6), [0, 1], CPU)
+
+
+def test_in_float32_each_path_is_deterministic_and_the_two_agree_closely(tiny_mnist360):
+    """float32: the batched and the lone kernels round differently, so a stacked seed is not its lone run bit for
+    bit; each path gives the same numbers again on the same machine."""
+    bench, cfg = tiny_mnist360
+    run = RUNS["er"]
+    first, second = (train_stacked(bench, cfg, run, [0, 1], CPU) for _ in range(2))
+    assert all(first[s].acc_matrix == second[s].acc_matrix and first[s].loss_curve == second[s].loss_curve
+               for s in (0, 1))
+    alone = run_seed(bench, cfg, run, 0, CPU)
+    assert first[0].loss_curve[0] == pytest.approx(alone.loss_curve[0], rel=1e-4)
+
+
+def test_a_seeds_numbers_do_not_depend_on_the_seeds_stacked_beside_it(tiny_mnist360):
+    """float32 on the CPU: seed 0 alone in a stack, first of two, second of two, or among five gives the same numbers,
+    so how a run's seeds are grouped (by its workers) stays a matter of speed."""
+    bench, cfg = tiny_mnist360
+    run = RUNS["derpp"]
+    results = [train_stacked(bench, cfg, run, group, CPU)[0] for group in ([0], [0, 1], [1, 0], [3, 0, 1, 2, 4])]
+    assert all(r.loss_curve == results[0].loss_curve and r.acc_matrix == results[0].acc_matrix for r in results)
