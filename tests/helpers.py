@@ -47,14 +47,15 @@ def run_settings(algorithm: str, buffer: int | str = "none", **settings):
     return METHODS[algorithm].Run(benchmark="test", method=algorithm, buffer=buffer, **settings)
 
 
-def small_er_run(seeds: list[int]):
+def small_er_run(seeds: list[int], stack: bool | str = False):
     """A resolved ER run (key "er-50") on a small synthetic MNIST-360, its benchmark file written under the current
-    folder where the run reads it: what the tests of whole runs (resume, faults, parallel seeds) train."""
+    folder where the run reads it: what the tests of whole runs (resume, faults, parallel seeds) train. Its seeds
+    train alone unless `stack` says otherwise (the lone path is the one with checkpoints inside a seed)."""
     from gcl.config import resolve_run
     from gcl.core.atomic import save_tensors
     from gcl.data import mnist360
 
-    bench_cfg = {"kind": "mnist-360", "source": "synthetic", "backbone": "mlp", "epochs": 1}
+    bench_cfg = {"kind": "mnist-360", "source": "synthetic", "backbone": "mlp", "epochs": 1, "stack": stack}
     params = {"seeds": seeds, "device": "cpu", "sources": {"synthetic": {}}, "benchmarks": {"mnist-360": bench_cfg},
               "methods": {"er": {}}, "runs": {"er-50": {"benchmark": "mnist-360", "method": "er", "buffer": 50,
                                                          "lr": 0.1, "batch": 4, "replay_batch": 8}}}

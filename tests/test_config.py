@@ -215,8 +215,8 @@ def test_every_benchmark_setting_declares_its_group():
     seq = check_data(params())["benchmarks"]["seq"]
     assert list(seq["data"]) == ["kind", "source", "validation_fraction", "n_tasks", "classes_per_task", "normalize",
                                  "class_order"]
-    assert list(seq["training"]) == ["backbone", "epochs", "width", "input_size", "bf16", "channels_last", "compile",
-                                     "augment", "kind"]
+    assert list(seq["training"]) == ["backbone", "epochs", "width", "input_size", "bf16", "channels_last", "stack",
+                                     "compile", "augment", "kind"]
 
 
 @pytest.mark.parametrize("key, home", [("label", "report.benchmarks.mnist-360.label"), ("threads", "top-level `threads`")])

@@ -1,5 +1,6 @@
 """A run: every seed, mean and std, the same numbers whether seeds run in one process or several."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -184,3 +185,56 @@ def test_seed_workers_share_the_cores_for_kernel_compilation(monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "5")
     with ProcessPoolExecutor(1, mp_context=context, initializer=start_worker, initargs=(3,)) as pool:
         assert pool.submit(_compile_threads).result() == "5"
+
+
+@pytest.fixture
+def stacked_project(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return small_er_run([0, 1, 2], stack="auto")
+
+
+def test_a_stacked_run_gives_the_same_numbers_however_its_seeds_are_grouped(stacked_project):
+    """`stack: auto` trains ER's seeds as one network per worker: one group of three, or groups of two and one in
+    two processes, give every seed the same numbers; each seed records that it was stacked."""
+    one = json.loads(train_run(stacked_project).read_text())
+    two = json.loads(train_run(stacked_project, workers=2).read_text())
+    assert {s["environment"]["stacked"] for s in one["seeds"].values()} == {3}
+    assert [two["seeds"][s]["environment"]["stacked"] for s in ("0", "1", "2")] == [2, 2, 1]
+    for seed in ("0", "1", "2"):
+        assert one["seeds"][seed]["acc_matrix"] == two["seeds"][seed]["acc_matrix"]
+        assert one["seeds"][seed]["loss_curve"] == two["seeds"][seed]["loss_curve"]
+    assert not (PROGRESS_DIR / "er-50").exists()
+    log = Path("runs/mnist-360/er/50/train.log").read_text()
+    assert "seeds [0, 1] train stacked" in log and "seeds [2] train stacked" in log
+
+
+class StopInSecondGroup(RuntimeError):
+    pass
+
+
+def test_an_interrupted_stacked_run_resumes_with_its_finished_group(stacked_project, monkeypatch):
+    """A stacked run stopped in its second group (seed 2) keeps the first group's seeds and trains the second
+    again: the numbers of a run that never stopped. A seed finished alone is not taken into a stacked attempt."""
+    import gcl.training.run as run_module
+    whole = json.loads(train_run(stacked_project, workers=2).read_text())
+    original = run_module.train_stacked
+
+    def stop_in_second_group(bench, training, run, seeds, *args, **kw):
+        Path(f"trained-{'-'.join(map(str, seeds))}").touch()     # seen from the worker processes too
+        if seeds == [2] and not Path("resume").exists():
+            raise StopInSecondGroup("stopped")
+        return original(bench, training, run, seeds, *args, **kw)
+
+    monkeypatch.setattr(run_module, "train_stacked", stop_in_second_group)
+    with pytest.raises(StopInSecondGroup):
+        train_run(stacked_project, workers=2)
+    assert len(list((PROGRESS_DIR / "er-50").glob("seed-*.json"))) == 2
+    for marker in Path(".").glob("trained-*"):
+        marker.unlink()
+    Path("resume").touch()
+    resumed = json.loads(train_run(stacked_project, workers=2).read_text())
+    assert sorted(p.name for p in Path(".").glob("trained-*")) == ["trained-2"]   # the first group was reused
+    for seed in ("0", "1", "2"):
+        assert resumed["seeds"][seed]["acc_matrix"] == whole["seeds"][seed]["acc_matrix"]
+    lone = json.loads(train_run(small_er_run([0, 1, 2], stack=False)).read_text())
+    assert "stacked" not in lone["seeds"]["0"]["environment"]

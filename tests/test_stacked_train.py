@@ -50,7 +50,7 @@ class _Quiet:
 def test_stacked_seeds_train_exactly_as_each_seed_alone(tiny_mnist360, float64, algorithm):
     bench, cfg = tiny_mnist360
     run = RUNS[algorithm]
-    assert STACKED[algorithm] and unstackable(bench, cfg, run) is None
+    assert STACKED[algorithm] and unstackable(cfg, run) is None
     stacked = train_stacked(bench, cfg, run, SEEDS, CPU)
     for seed in SEEDS:
         alone = run_seed(bench, cfg, run, seed, CPU)
@@ -100,7 +100,7 @@ def test_a_leak_between_seeds_is_caught(tiny_mnist360, float64, monkeypatch):
 
 def test_what_does_not_stack_says_why(tiny_mnist360):
     bench, cfg = tiny_mnist360
-    assert "does not stack" in unstackable(bench, cfg, run_settings("gem", 30, lr=0.1, batch=4))
+    assert "does not stack" in unstackable(cfg, run_settings("gem", 30, lr=0.1, batch=4))
     with pytest.raises(ValueError, match="cannot stack"):
         train_stacked(bench, cfg, run_settings("agem", 30, lr=0.1, batch=4, replay_batch=6), [0, 1], CPU)
 

@@ -82,6 +82,8 @@ class RunKeys(Settings):
                                "benchmark's epochs")
     width: int | None = Field(None, gt=0, description="the backbone's width for this run, overriding its "
                               "benchmark's width")
+    stack: bool | Literal["auto"] | None = Field(None, description="stack this run's seeds (true, false or auto), "
+                                                 "overriding its benchmark's `stack`")
     seeds: Seeds | None = Field(None, description="seeds this run is repeated over instead of the top level's "
                                 "(distinct, >= 0)")
 
@@ -238,9 +240,15 @@ def resolve_run(params: dict, key: str, top: TopLevel | None = None) -> Resolved
     if cls.needs_boundaries and not benchmark.has_tasks:
         raise ParamsError(f"{where}: method {method!r} ({cls.name}) needs task boundaries, and benchmark {bench_name!r} "
                           "has none (general continual: no method is ever told where a task ends); drop this run")
-    overrides = {"epochs": block.epochs, "width": block.width}    # the run's own, over the benchmark's
+    overrides = {"epochs": block.epochs, "width": block.width, "stack": block.stack}   # the run's own, over the benchmark's
     training = benchmark.training().model_copy(update={k: v for k, v in overrides.items() if v is not None})
     settings = cls.Run.model_validate({**block.model_dump(exclude=set(overrides) | {"seeds"}), "algorithm": cls.name})
+    if training.stack is True:
+        from gcl.training.stacked_train import unstackable
+        why = unstackable(training, settings)
+        if why is not None:
+            raise ParamsError(f"{where}: stack is true, but its seeds cannot train stacked: {why}; set stack: auto "
+                              "(stacked where it can be) or false")
     top = top or check_top(params)
     return ResolvedRun(key=key, run=settings, benchmark=training, data=benchmark.data(),
                        seeds=block.seeds if block.seeds is not None else top.seeds, device=top.device)

@@ -89,6 +89,7 @@ class TrainingSettings(Settings):
         input_size: int | None
         bf16: bool
         channels_last: bool
+        stack: bool | Literal["auto"]
         compile: bool | Literal["auto"]
 
 
@@ -118,6 +119,10 @@ class BenchmarkSettings(Settings):
                                   "it too, slowly, as the dry run's --bf16 does)")
     channels_last: bool = training_setting(False, description="channels_last memory format for convolutions (CUDA "
                                            "option)")
+    stack: bool | Literal["auto"] = training_setting(
+        "auto", description="train a run's seeds as one stacked network (gcl.training.stacked_train), one step for all "
+        "of them; auto: where the method's step stacks (docs/performance.md). In float32 a stacked seed rounds "
+        "differently from a lone one (equal in distribution); false: each seed alone")
     compile: bool | Literal["auto"] = training_setting(
         "auto", description="torch.compile the backbone's training passes (on a GPU with CUDA graphs) for the methods "
         "that allow it; auto: on a GPU with Triton only (the numbers move by rounding, so a CPU run stays eager)")

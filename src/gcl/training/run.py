@@ -32,6 +32,7 @@ from gcl.training.checkpoint import Checkpoint, load_fingerprinted
 from gcl.training.compilation import compile_mode
 from gcl.training.progress import Progress
 from gcl.training.spec import ResolvedRun
+from gcl.training.stacked_train import stacks, train_stacked
 from gcl.training.train import DivergenceError, run_seed
 
 FEATURE_SAMPLES = 1000   # evaluation images whose final features are kept (first seed) for t-SNE
@@ -65,6 +66,34 @@ def _train_seed(spec: ResolvedRun, bench_path: str, digest: str, seed: int, devi
                         compiled)
     except DivergenceError as exc:
         raise DivergenceError(f"run {spec.key}, seed {seed}: {exc}") from None
+
+
+def _train_group(spec: ResolvedRun, bench_path: str, digest: str, seeds: list[int], device: str,
+                 feature_samples: dict[int, int], threads: int, progress: Progress) -> dict[int, SeedResult]:
+    """Seeds trained stacked (gcl.training.stacked_train), in a worker process or in this one; `feature_samples`
+    per seed. A divergence names the run and its seeds."""
+    torch.set_num_threads(threads)
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    bench = _loaded_benchmark(bench_path, digest, spec.data)
+    progress.say(f"seeds {seeds} train stacked, as one network")
+    try:
+        return train_stacked(bench, spec.benchmark, spec.run, seeds, device, feature_samples, progress)
+    except DivergenceError as exc:
+        raise DivergenceError(f"run {spec.key}: {exc}") from None
+
+
+def groups_of(items: list, n: int) -> list[list]:
+    """`items` in `n` contiguous groups as even as can be (the first ones one longer)."""
+    n = max(1, min(n, len(items)))
+    size, extra = divmod(len(items), n)
+    out, start = [], 0
+    for g in range(n):
+        end = start + size + (g < extra)
+        out.append(items[start:end])
+        start = end
+    return out
 
 
 def start_worker(compile_threads: int) -> None:
@@ -129,9 +158,14 @@ def _train_run(spec: ResolvedRun, workers: int | str, threads: int, checkpoint_m
     # the run's compile mode, decided here once: every seed's fingerprint records it (`auto` may compile on one
     # machine and not on another) and every seed applies it
     compiled = compile_mode(training.compile, device, METHODS[run.algorithm])
+    # stacked: decided from the settings and the seed count alone, so a resumed run stacks as its first attempt did;
+    # a stacked seed's numbers do not depend on the seeds beside it (tests/test_stacked_train.py), and its
+    # fingerprint says it was stacked (in float32 it rounds otherwise than alone)
+    stacked = compiled is None and stacks(training, run, len(spec.seeds))
     seeds, todo = {}, []
     for i, seed in enumerate(spec.seeds):
-        seed_print = fingerprint(run_json, training_json, seed, device.type, data_digest, compiled)
+        seed_print = fingerprint(run_json, training_json, seed, device.type, data_digest, compiled,
+                                 *(["stacked"] if stacked else []))
         done = progress / f"seed-{seed}-{seed_print}.json"
         say = log.for_seed(seed).say
         earlier = _earlier_result(done, say)
@@ -166,11 +200,21 @@ def _train_run(spec: ResolvedRun, workers: int | str, threads: int, checkpoint_m
     else:
         executor = InProcess()
     with executor as pool:
-        jobs = [(seed, done, ckpt, pool.submit(_train_seed, spec, bench_path, data_digest, seed, str(dev),
-                                               compiled, n, threads, log.for_seed(seed), ckpt))
-                for (seed, done, n, ckpt), dev in zip(todo, devices)]
-        for seed, done, ckpt, job in jobs:
-            finished(seed, done, job.result(), ckpt)
+        if stacked:         # one stacked group per worker; a group's seeds finish together
+            groups = groups_of(list(zip(todo, devices)), workers)
+            jobs = [(group, pool.submit(_train_group, spec, bench_path, data_digest, [t[0] for t, _ in group],
+                                        str(group[0][1]), {t[0]: t[2] for t, _ in group}, threads, log))
+                    for group in groups if group]
+            for group, job in jobs:
+                results = job.result()
+                for (seed, done, _, ckpt), _ in group:
+                    finished(seed, done, results[seed], ckpt)
+        else:
+            jobs = [(seed, done, ckpt, pool.submit(_train_seed, spec, bench_path, data_digest, seed, str(dev),
+                                                   compiled, n, threads, log.for_seed(seed), ckpt))
+                    for (seed, done, n, ckpt), dev in zip(todo, devices)]
+            for seed, done, ckpt, job in jobs:
+                finished(seed, done, job.result(), ckpt)
     seeds = {s: seeds[s] for s in spec.seeds}
 
     stats = {m: mean_std([getattr(r, m) for r in seeds.values()]) for m in ("class_il", "task_il", "forgetting")}

@@ -20,32 +20,39 @@ import torch
 from gcl.core.backbones import MLP
 from gcl.core.results import SeedResult
 from gcl.core.stacked import StackedMLP, flat_seeds
-from gcl.data.augment import TrainAugment
-from gcl.data.benchmarks import KINDS, BenchmarkData, TrainingSettings
+from gcl.data.benchmarks import BenchmarkData, TrainingSettings
 from gcl.methods.base import RunSettings
 from gcl.methods.stacked import STACKED
 from gcl.training.evaluate import summarise
-from gcl.training.train import DivergenceError, Timer, seed_result, setup_seed
+from gcl.training.progress import Progress, StreamProgress
+from gcl.training.train import DivergenceError, Timer, last_accuracy, seed_result, setup_seed
 
 
-def unstackable(bench: BenchmarkData, training: TrainingSettings, run: RunSettings) -> str | None:
-    """Why the seeds of this run cannot train stacked (None: they can)."""
+def unstackable(training: TrainingSettings, run: RunSettings) -> str | None:
+    """Why the seeds of this run cannot train stacked (None: they can), whatever its `stack` setting says."""
     if run.algorithm not in STACKED:
         return f"{run.algorithm}'s step does not stack (yet)"
     if training.backbone != "mlp" or training.input_size is not None:
         return "only the MLP stacks so far"
     if training.bf16 or training.compile is True:
         return "the stacked step runs eager in full precision"
-    train_transform, _ = KINDS[training.kind].transforms(bench, training)
-    if isinstance(train_transform, TrainAugment):
+    if getattr(training, "augment", False):     # a kind's augmentation (gcl.data.augment.TrainAugment)
         return "its augmentation draws from the global random generator, which stacked seeds do not share"
     return None
 
 
+def stacks(training: TrainingSettings, run: RunSettings, seeds: int) -> bool:
+    """Whether `seeds` seeds of this run train stacked: `stack` true, or auto where the run stacks; never one seed."""
+    return seeds > 1 and training.stack is not False and unstackable(training, run) is None
+
+
 def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSettings, seeds: list[int],
-                  device: torch.device, feature_samples: int = 0) -> dict[int, SeedResult]:
-    """Train `seeds` of `run` as one stacked network; each seed's result, as run_seed would give it alone."""
-    why = unstackable(bench, training, run)
+                  device: torch.device, feature_samples: dict[int, int] | None = None,
+                  progress: Progress | None = None) -> dict[int, SeedResult]:
+    """Train `seeds` of `run` as one stacked network; each seed's result, as run_seed would give it alone
+    (`feature_samples`: per seed, the evaluation images whose final features its result keeps). Each seed's
+    progress lines are a lone seed's: at each task end, at the end, and at least every minute."""
+    why = unstackable(training, run)
     if why is not None:
         raise ValueError(f"{run.method}: cannot stack its seeds: {why}")
     setups = [setup_seed(bench, training, run, seed, device) for seed in seeds]
@@ -60,7 +67,11 @@ def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSett
     orders = torch.stack([st.order for st in streams]).to(device)   # (S, samples)
     rows = torch.arange(n, device=device).unsqueeze(1)
     transform = setups[0].loop.train_transform
-    eval_after = set(stream.eval_after)
+    eval_after, task_ends = set(stream.eval_after), set(stream.task_ends)
+    has_tasks = setups[0].loop.has_tasks
+    progress = progress or Progress(run.method)
+    lines = [StreamProgress(progress.for_seed(seed), stream, has_tasks, setups[0].schedule.stream_epochs, 0)
+             for seed in seeds]
     losses = [[] for _ in seeds]
     loss_sum, loss_steps = torch.zeros(n, device=device), 0
     timer = Timer(device)          # the training steps only, as a lone seed's (evaluations left out)
@@ -81,6 +92,9 @@ def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSett
             loss_sum.zero_()
             loss_steps = 0
             timer.start()
+        if step in task_ends or step == stream.steps - 1 or lines[0].due():
+            for line, setup in zip(lines, setups):
+                line.report(step, last_accuracy(setup.loop.rows, has_tasks))
     timer.stop()
     _check_finite(loss_sum, net, seeds, stream.steps - 1, stream.steps)
     seconds = timer.total / n                                        # each seed's share of the stacked time
@@ -91,7 +105,10 @@ def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSett
         if not setup.loop.rows:
             setup.loop.evaluate_now()
         scores = summarise(setup.loop.rows, losses[s], setup.loop.has_tasks, stream.steps, stream.n_samples, seconds)
-        results[seed] = seed_result(setup, scores, bench, training, device, feature_samples, stacked=n)
+        results[seed] = seed_result(setup, scores, bench, training, device, (feature_samples or {}).get(seed, 0),
+                                    stacked=n)
+    # the loop above scored with each seed's own network; the lone loop's method.finish() has nothing to do for the
+    # stackable methods (none keeps state to settle once the stream is over)
     return results
 
 
