@@ -453,6 +453,12 @@ def test_each_seed_says_where_it_was_computed_and_mixed_environments_are_flagged
     assert "torch 2.14.1, Some CPU, 1 thread(s), fp32 (8 seeds); " \
            "torch 2.14.1, Some CPU, 1 thread(s), fp32, compiled (reduce-overhead) (2 seeds)" in t1
     assert set(pd.read_csv("results/summary.csv").env_compiled.fillna("-")) == {"-", "reduce-overhead"}
+    # so do stacked seeds (whatever the size of their stack): one environment more, however many stacks
+    add(resolved, "mnist-360", "er", 500, [61.0, 62.0, 63.0], env={**ENV, "stacked": 3})
+    add(resolved, "mnist-360", "er", 1000, [71.0, 72.0], env={**ENV, "stacked": 2})
+    write_report(resolved, "results", PAPER)
+    t1 = section(section(tables_md(), "## Table 1: Class-IL"), "### mnist-360")
+    assert "torch 2.14.1, Some CPU, 1 thread(s), fp32, seeds stacked (5 seeds)" in t1 and "3 environments" in t1
 
 
 def test_a_full_disk_writing_the_report_is_one_line_naming_results_and_keeps_the_old_ones(resolved, monkeypatch):

@@ -95,8 +95,9 @@ def data_lines(profile: ProfileResults, h: str) -> str:
         out.append(f"- **{b}**: {display.benchmark_label(b) or source} (source `{source}`{stream})")
     envs = environments(summary)
     out.append("\nComputed on: " + "; ".join(envs) + (
-        ". **These results mix environments**: another CPU or torch build moves a run's numbers within seed "
-        "noise, so compare cells from one environment (summary.csv has each seed's)." if len(envs) > 1 else "."))
+        ". **These results mix environments**: another CPU or torch build, a compiled backbone or seeds trained "
+        "stacked round otherwise and move a run's numbers within seed noise, so compare cells from one environment "
+        "(summary.csv has each seed's)." if len(envs) > 1 else "."))
     return "\n".join(out) + "\n\n"
 
 

@@ -82,7 +82,8 @@ def stale_runs(resolved: ResolvedReport, root: str | Path = "runs") -> list[str]
     return [p.as_posix() for p in found if p not in listed]
 
 
-ENVIRONMENT = ("torch", "device", "threads", "precision", "compiled")   # a seed's environment: the env_* columns
+# a seed's environment: the env_* columns; `stacked`: how many seeds trained as one network with it (none: alone)
+ENVIRONMENT = ("torch", "device", "threads", "precision", "compiled", "stacked")
 
 # The summary frame (results/summary.csv; a committed reproduction's results/summary.csv reads back the same):
 COLUMNS = {
@@ -146,9 +147,13 @@ def environments(rows: pd.DataFrame) -> list[str]:
     """The distinct environments of these summary rows, in words, most seeds first."""
     envs = rows.reindex(columns=[f"env_{k}" for k in ENVIRONMENT])
     envs["env_compiled"] = envs["env_compiled"].astype(object).fillna("eager")   # results from before compiled backbones
+    # stacked seeds round otherwise than lone ones in float32 (equal in distribution): one environment each way,
+    # however many seeds a stack held
+    envs["env_stacked"] = envs["env_stacked"].map(lambda v: "alone" if pd.isna(v) else "stacked")
     counts = envs.fillna("?").astype(str).value_counts()
-    return [f"torch {t}, {d}, {n} thread(s), {p}{'' if m == 'eager' else ', compiled (' + m + ')'} ({c} seeds)"
-            for (t, d, n, p, m), c in counts.items()]
+    return [f"torch {t}, {d}, {n} thread(s), {p}{'' if m == 'eager' else ', compiled (' + m + ')'}"
+            f"{', seeds stacked' if s == 'stacked' else ''} ({c} seeds)"
+            for (t, d, n, p, m, s), c in counts.items()]
 
 
 def stats(summary: pd.DataFrame, metric: str) -> pd.DataFrame:
