@@ -52,15 +52,20 @@ def _loaded_benchmark(bench_path: str, digest: str, data: DataSettings) -> dict:
     return load_benchmark(bench_path, data)
 
 
-def _train_seed(spec: ResolvedRun, bench_path: str, digest: str, seed: int, device: str, compiled: str | None,
-                feature_samples: int, threads: int, progress: Progress, checkpoint: Checkpoint) -> SeedResult:
-    """One seed, in a worker process or in this one: the same numbers either way (every RNG is seeded per seed).
-    `compiled`: the run's compile mode. A divergence names the run and the seed."""
+def _worker_setup(spec: ResolvedRun, bench_path: str, digest: str, device: str, threads: int) -> tuple:
+    """What a worker (or this process) sets before it trains: its threads, its device, the benchmark (loaded once)."""
     torch.set_num_threads(threads)
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    bench = _loaded_benchmark(bench_path, digest, spec.data)
+    return device, _loaded_benchmark(bench_path, digest, spec.data)
+
+
+def _train_seed(spec: ResolvedRun, bench_path: str, digest: str, seed: int, device: str, compiled: str | None,
+                feature_samples: int, threads: int, progress: Progress, checkpoint: Checkpoint) -> SeedResult:
+    """One seed, in a worker process or in this one: the same numbers either way (every RNG is seeded per seed).
+    `compiled`: the run's compile mode. A divergence names the run and the seed."""
+    device, bench = _worker_setup(spec, bench_path, digest, device, threads)
     try:
         return run_seed(bench, spec.benchmark, spec.run, seed, device, feature_samples, progress, checkpoint,
                         compiled)
@@ -72,11 +77,7 @@ def _train_group(spec: ResolvedRun, bench_path: str, digest: str, seeds: list[in
                  feature_samples: dict[int, int], threads: int, progress: Progress) -> dict[int, SeedResult]:
     """Seeds trained stacked (gcl.training.stacked_train), in a worker process or in this one; `feature_samples`
     per seed. A divergence names the run and its seeds."""
-    torch.set_num_threads(threads)
-    device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    bench = _loaded_benchmark(bench_path, digest, spec.data)
+    device, bench = _worker_setup(spec, bench_path, digest, device, threads)
     progress.say(f"seeds {seeds} train stacked, as one network")
     try:
         return train_stacked(bench, spec.benchmark, spec.run, seeds, device, feature_samples, progress)
