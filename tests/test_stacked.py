@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from gcl.core.backbones import MLP
 from gcl.core.buffer import ReservoirBuffer
-from gcl.core.stacked import StackedMLP, StackedReservoir, flat_seeds, seed_sum
+from gcl.core.stacked import StackedMLP, StackedReservoir, flat_seeds, stack_sequential, unstack_sequential
 
 S, B, CLASSES = 4, 5, 10
 SHAPE = (1, 28, 28)
@@ -36,7 +36,7 @@ def test_a_stacked_mlp_computes_updates_and_unstacks_each_seed_as_alone():
         lone_logits = [net(x[s]) for s, net in enumerate(nets)]
         for s in range(S):
             assert close(logits[s], lone_logits[s])
-        loss = seed_sum(F.cross_entropy(flat_seeds(logits), flat_seeds(y), reduction="none").view(S, B))
+        loss = F.cross_entropy(flat_seeds(logits), flat_seeds(y), reduction="none").view(S, B).mean(1).sum()
         lone_losses = [F.cross_entropy(out, y[s]) for s, out in enumerate(lone_logits)]
         assert close(loss, sum(lone_losses))
         stacked.zero_grad()
@@ -104,3 +104,21 @@ def test_a_stacked_mlp_refuses_what_it_cannot_stack():
         StackedMLP([])
     with pytest.raises(ValueError, match="input_size"):
         StackedMLP([MLP(SHAPE, CLASSES, input_size=9)])
+
+
+def test_stacked_heads_compute_each_seeds_head_and_refuse_batchnorm():
+    heads = []
+    for seed in range(S):
+        torch.manual_seed(seed)
+        heads.append(torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3)).double())
+    stacked = stack_sequential(heads)
+    x = torch.rand(S, B, 6, dtype=torch.float64)
+    out = stacked(x)
+    for s, head in enumerate(heads):
+        assert close(out[s], head(x[s]))
+    with torch.no_grad():
+        stacked[2].weight[1] += 1.0
+    unstack_sequential(stacked, 1, heads[1])
+    assert close(heads[1][2].weight, stacked[2].weight[1]) and not close(heads[0][2].weight, stacked[2].weight[0] + 1)
+    with pytest.raises(TypeError, match="BatchNorm1d"):
+        stack_sequential([torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.BatchNorm1d(5)) for _ in range(S)])

@@ -45,6 +45,27 @@ class StackedLinear(nn.Module):
             layer.bias.copy_(self.bias[s])
 
 
+def stack_sequential(seqs: list[nn.Sequential]) -> nn.Sequential:
+    """S sequentials of Linear and ReLU layers (one per seed, alike in shape) as one (StackedLinear for each Linear);
+    a TypeError for any other layer (a BatchNorm's statistics would mix the seeds' batches)."""
+    layers = []
+    for parts in zip(*seqs):
+        if all(isinstance(m, nn.Linear) for m in parts):
+            layers.append(StackedLinear(list(parts)))
+        elif all(isinstance(m, nn.ReLU) for m in parts):
+            layers.append(nn.ReLU())
+        else:
+            raise TypeError(f"only Linear and ReLU layers stack, not {type(parts[0]).__name__}")
+    return nn.Sequential(*layers)
+
+
+def unstack_sequential(stacked: nn.Sequential, s: int, seq: nn.Sequential) -> None:
+    """Copy seed `s`'s weights of a stack_sequential into that seed's own sequential."""
+    for part, layer in zip(stacked, seq):
+        if isinstance(part, StackedLinear):
+            part.unstack(s, layer)
+
+
 class StackedMLP(nn.Module):
     """S MLPs (gcl.core.backbones.MLP) as one: input (S, B, C, H, W) -> logits (S, B, classes)."""
 
@@ -131,12 +152,6 @@ class StackedReservoir:
         """Seed `s`'s buffer as its lone ReservoirBuffer's state_dict."""
         return {"capacity": self.capacity, "seen": self.seen,
                 "fields": {k: v[s].detach().clone() for k, v in self.fields.items()}}
-
-
-def seed_sum(per_sample: torch.Tensor) -> torch.Tensor:
-    """Each seed's mean over its batch (per_sample: (S, B)), summed over the seeds: the loss whose gradient is each
-    seed's own mean-loss gradient."""
-    return per_sample.mean(1).sum()
 
 
 def flat_seeds(t: torch.Tensor) -> torch.Tensor:

@@ -19,12 +19,15 @@ from gcl.methods.base import Method, ReplaySettings, register
 def project(g: torch.Tensor, g_ref: torch.Tensor) -> torch.Tensor:
     """A-GEM's projection of the flat gradient `g` against the flat reference gradient `g_ref`.
 
-    Branch-free (torch.where), so deciding whether to project needs no host synchronisation.
+    Branch-free (torch.where), so deciding whether to project needs no host synchronisation. Rows (S, P) of
+    stacked seeds (gcl.methods.stacked) are projected each against its own reference row.
     """
-    dot = torch.dot(g, g_ref)
+    def dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.dot(a, b) if a.dim() == 1 else (a * b).sum(-1, keepdim=True)
+    along = dot(g, g_ref)
     # clamp: a zero g_ref gives dot = 0, no projection, and must not put a NaN in the unused branch
-    coef = torch.where(dot < 0, dot / torch.dot(g_ref, g_ref).clamp_min(torch.finfo(g.dtype).tiny),
-                       torch.zeros_like(dot))
+    coef = torch.where(along < 0, along / dot(g_ref, g_ref).clamp_min(torch.finfo(g.dtype).tiny),
+                       torch.zeros_like(along))
     return g - coef * g_ref
 
 

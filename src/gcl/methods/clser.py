@@ -60,6 +60,18 @@ def memory_targets(stable_logits: torch.Tensor, plastic_logits: torch.Tensor, y:
     return torch.where(p_stable > p_plastic, stable_logits, plastic_logits)
 
 
+def memory_draws(generator: torch.Generator) -> tuple[float, float]:
+    """A step's two uniform draws (plastic, stable) from a run's generator: each memory is updated where its draw
+    is below its update frequency."""
+    plastic, stable = torch.rand(2, generator=generator, dtype=torch.float64).tolist()
+    return plastic, stable
+
+
+def memory_decay(global_step: int, alpha: float) -> float:
+    """The moving average's decay after `global_step` steps: min(1 - 1/(global_step + 1), alpha)."""
+    return min(1.0 - 1.0 / (global_step + 1), alpha)
+
+
 class CLSERSettings(ReplaySettings):
     reg_weight: float = Field(0.1, ge=0, description="weight of the consistency (MSE) term towards the memories' "
                                                      "logits on the replayed batch")
@@ -129,14 +141,12 @@ class CLSER(Method):
         return loss
 
     def _draws(self) -> tuple[float, float]:
-        """This step's two uniform draws (plastic, stable) from the run's generator."""
-        plastic, stable = torch.rand(2, generator=self.ctx.generator, dtype=torch.float64).tolist()
-        return plastic, stable
+        return memory_draws(self.ctx.generator)
 
     @torch.no_grad()
     def update_memory(self, memory: nn.Module, alpha: float) -> None:
         """memory <- a * memory + (1 - a) * net over the parameters, a = min(1 - 1/(global_step + 1), alpha)."""
-        a = min(1.0 - 1.0 / (self.global_step + 1), alpha)
+        a = memory_decay(self.global_step, alpha)
         params = list(memory.parameters())
         torch._foreach_mul_(params, a)
         torch._foreach_add_(params, self._net_params, alpha=1.0 - a)

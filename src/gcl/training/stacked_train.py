@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import torch
 
-from gcl.core.backbones import MLP
 from gcl.core.results import SeedResult
 from gcl.core.stacked import StackedMLP, flat_seeds
 from gcl.data.benchmarks import BenchmarkData, TrainingSettings
@@ -32,6 +31,8 @@ def unstackable(training: TrainingSettings, run: RunSettings) -> str | None:
     """Why the seeds of this run cannot train stacked (None: they can), whatever its `stack` setting says."""
     if run.algorithm not in STACKED:
         return f"{run.algorithm}'s step does not stack (yet)"
+    if STACKED[run.algorithm].refuses(run):
+        return STACKED[run.algorithm].refuses(run)
     if training.backbone != "mlp" or training.input_size is not None:
         return "only the MLP stacks so far"
     if training.bf16 or training.compile is True:
@@ -61,7 +62,7 @@ def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSett
         raise RuntimeError("stacked seeds need streams of the same batch sizes")   # the kinds guarantee it
     stream, n = streams[0], len(seeds)
     net = StackedMLP([s.net for s in setups]).to(device)
-    method = STACKED[run.algorithm](net, run, [s.method.ctx for s in setups])
+    method = STACKED[run.algorithm](net, run, [s.method for s in setups])
     pools = torch.stack([s.loop.pool for s in setups])              # (S, pool, ...): each seed's own images
     labels = torch.stack([s.loop.labels for s in setups])
     orders = torch.stack([st.order for st in streams]).to(device)   # (S, samples)
@@ -88,6 +89,7 @@ def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSett
             for s, setup in enumerate(setups):
                 losses[s].append(float(loss_sum[s]) / loss_steps)
                 net.unstack(s, setup.net)
+                method.unstack(s, setup.method)      # what the lone method evaluates with (CLS-ER's memories)
                 setup.loop.evaluate_now()
             loss_sum.zero_()
             loss_steps = 0
@@ -95,20 +97,19 @@ def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSett
         if step in task_ends or step == stream.steps - 1 or lines[0].due():
             for line, setup in zip(lines, setups):
                 line.report(step, last_accuracy(setup.loop.rows, has_tasks))
+    method.finish()                # JOINT trains here, inside the timer as the lone loop times it
     timer.stop()
     _check_finite(loss_sum, net, seeds, stream.steps - 1, stream.steps)
     seconds = timer.total / n                                        # each seed's share of the stacked time
     results = {}
     for s, (seed, setup) in enumerate(zip(seeds, setups)):
-        assert isinstance(setup.net, MLP)
         net.unstack(s, setup.net)
+        method.unstack(s, setup.method)
         if not setup.loop.rows:
             setup.loop.evaluate_now()
         scores = summarise(setup.loop.rows, losses[s], setup.loop.has_tasks, stream.steps, stream.n_samples, seconds)
         results[seed] = seed_result(setup, scores, bench, training, device, (feature_samples or {}).get(seed, 0),
                                     stacked=n)
-    # the loop above scored with each seed's own network; the lone loop's method.finish() has nothing to do for the
-    # stackable methods (none keeps state to settle once the stream is over)
     return results
 
 

@@ -85,21 +85,22 @@ def _eye(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
 
 
 def affinity(z: torch.Tensor, mode: str = "paper", c: float = 1.0) -> torch.Tensor:
-    """S_hat: the row-stochastic similarity of the normalised embeddings z (N, d) of one batch.
+    """S_hat: the row-stochastic similarity of the normalised embeddings z (N, d) of one batch (or (S, N, d):
+    each seed's batch of stacked seeds, gcl.methods.stacked).
 
     "paper": zero diagonal, softmax over the other samples (Eq. 6-7). A finite fill instead of -inf
     keeps a lone sample (N = 1) well defined: it then propagates to itself (S_hat = [1]).
     "code": softmax(z z^T - c I).
     """
-    sim = z @ z.T
-    eye = _eye(z.shape[0], torch.bool, z.device)
+    sim = z @ z.transpose(-2, -1)
+    eye = _eye(z.shape[-2], torch.bool, z.device)
     if mode == "paper":
         sim = sim.masked_fill(eye, -1e9)
     elif mode == "code":
         sim = sim - c * eye
     else:
         raise ValueError(f"unknown affinity {mode!r}; known: {AFFINITIES}")
-    return sim.softmax(dim=1)
+    return sim.softmax(dim=-1)
 
 
 def propagate(s_hat: torch.Tensor, o: torch.Tensor, omega: float) -> torch.Tensor:
@@ -111,7 +112,7 @@ def propagate(s_hat: torch.Tensor, o: torch.Tensor, omega: float) -> torch.Tenso
     """
     dtype = torch.promote_types(torch.promote_types(s_hat.dtype, o.dtype), torch.float32)
     s_hat, o = s_hat.to(dtype), o.to(dtype)
-    eye = _eye(s_hat.shape[0], s_hat.dtype, s_hat.device)
+    eye = _eye(s_hat.shape[-1], s_hat.dtype, s_hat.device)       # a stack (S, N, N) solves each seed's system
     return (1.0 - omega) * torch.linalg.solve_ex(eye - omega * s_hat, o).result
 
 
@@ -137,17 +138,17 @@ def supcon_loss(z: torch.Tensor, labels: torch.Tensor, tau: float) -> torch.Tens
     For each anchor i: -1/|P(i)| sum_{p in P(i)} log(exp(z_i.z_p / tau) / sum_{a != i} exp(z_i.z_a / tau)),
     P(i) = the other samples of i's class; averaged over anchors that have a positive. Eq. 13 as
     printed omits the 1/|P(i)| (identical when every anchor has one positive); Khosla's and the
-    authors' code have it.
+    authors' code have it. Stacked seeds' z (S, N, d) and labels (S, N) give each seed's loss (S,).
     """
-    eye = _eye(z.shape[0], torch.bool, z.device)
-    logits = (z @ z.T / tau).masked_fill(eye, float("-inf"))
-    log_prob = logits - torch.logsumexp(logits, dim=1, keepdim=True)
-    positive = (labels[:, None] == labels[None, :]) & ~eye
-    n_pos = positive.sum(1)
+    eye = _eye(z.shape[-2], torch.bool, z.device)
+    logits = (z @ z.transpose(-2, -1) / tau).masked_fill(eye, float("-inf"))
+    log_prob = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+    positive = (labels.unsqueeze(-1) == labels.unsqueeze(-2)) & ~eye
+    n_pos = positive.sum(-1)
     # where(...) rather than multiplying by the mask: the diagonal's log_prob is -inf
-    per_anchor = -torch.where(positive, log_prob, 0.0).sum(1) / n_pos.clamp(min=1)
+    per_anchor = -torch.where(positive, log_prob, 0.0).sum(-1) / n_pos.clamp(min=1)
     has_pos = (n_pos > 0).to(z.dtype)
-    return (per_anchor * has_pos).sum() / has_pos.sum().clamp(min=1.0)
+    return (per_anchor * has_pos).sum(-1) / has_pos.sum(-1).clamp(min=1.0)
 
 
 def mlp_head(style: str, feat_dim: int, out_dim: int, batchnorm: bool = True) -> nn.Sequential:

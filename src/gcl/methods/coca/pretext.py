@@ -102,6 +102,11 @@ def random_pretext(images: torch.Tensor, variant: str, generator: torch.Generato
     Labels are drawn on the host with the run's generator (as the buffer's decisions are), so a run is
     identical on CPU and GPU and nothing waits on the device.
     """
-    labels = torch.randint(0, n_pretext_classes(variant), (images.shape[0],), generator=generator)
-    labels = to_device(labels, images.device)
+    labels = pretext_labels(images.shape[0], variant, generator, images.device)
     return apply_pretext(images, labels, variant), labels
+
+
+def pretext_labels(count: int, variant: str, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    """`count` random proxy labels, drawn on the host from `generator` (random_pretext's draw)."""
+    labels = torch.randint(0, n_pretext_classes(variant), (count,), generator=generator)
+    return to_device(labels, device)
