@@ -55,11 +55,11 @@ def numbers(result) -> list[float]:
     return result.loss_curve + [a for row in result.acc_matrix for a in row]
 
 
-def final_weights(bench, cfg, run, seed):
-    """A lone seed's final weights (run_seed does not return its network)."""
-    setup = setup_seed(bench, cfg, run, seed, CPU)
-    setup.loop.run(progress=_Quiet())
-    return [p.detach().clone() for p in setup.net.parameters()]
+def final_state(setup) -> list[torch.Tensor]:
+    """A seed's network weights, then those of its method's own modules (CoCa's heads, CLS-ER's memories)."""
+    modules = [setup.net] + [m for name in setup.method.state_attrs
+                             if isinstance(m := getattr(setup.method, name), torch.nn.Module)]
+    return [p.detach().clone() for m in modules for p in m.parameters()]
 
 
 class _Quiet:
@@ -89,11 +89,14 @@ def test_stacked_seeds_train_exactly_as_each_seed_alone(tiny_mnist360, float64, 
     assert len({str(stacked[s].acc_matrix) + str(stacked[s].loss_curve) for s in SEEDS}) == len(SEEDS)
 
 
-def test_a_stacked_seeds_final_weights_are_its_lone_weights(tiny_mnist360, float64, monkeypatch):
-    """The stacked trainer copies each seed's weights back into that seed's own network: seen through it."""
+@pytest.mark.parametrize("key", ["er", "coca", "clser"])
+def test_a_stacked_seeds_final_state_comes_back_to_its_own_network_and_method(tiny_mnist360, float64, monkeypatch,
+                                                                            key):
+    """The stacked trainer copies each seed's weights back into that seed's own network, and its method's own
+    modules (CoCa's heads, CLS-ER's memories) into its own method: seen through them, equal to the lone run's."""
     import gcl.training.stacked_train as module
     bench, cfg = tiny_mnist360
-    run = RUNS["er"]
+    run = RUNS[key]
     kept, original = {}, module.setup_seed
 
     def keeping(*args, **kwargs):
@@ -102,9 +105,11 @@ def test_a_stacked_seeds_final_weights_are_its_lone_weights(tiny_mnist360, float
     monkeypatch.setattr(module, "setup_seed", keeping)
     train_stacked(bench, cfg, run, [0, 1], CPU)
     for seed in (0, 1):
-        lone = final_weights(bench, cfg, run, seed)
-        for a, b in zip(kept[seed].net.parameters(), lone):
-            assert relative_close(a.detach(), b)
+        alone = setup_seed(bench, cfg, run, seed, CPU)
+        alone.loop.run(progress=_Quiet())
+        mine, theirs = final_state(kept[seed]), final_state(alone)
+        assert len(mine) == {"er": 6, "coca": 6 + 8, "clser": 3 * 6}[key]
+        assert all(relative_close(a, b) for a, b in zip(mine, theirs))
 
 
 def test_a_leak_between_seeds_is_caught(tiny_mnist360, float64, monkeypatch):
@@ -138,25 +143,6 @@ def test_a_leak_of_a_methods_own_draws_between_seeds_is_caught(tiny_mnist360, fl
     stacked = train_stacked(bench, cfg, run, SEEDS, CPU)
     assert relative_close(numbers(stacked[2]), numbers(run_seed(bench, cfg, run, 2, CPU)))
     assert not relative_close(numbers(stacked[1]), numbers(run_seed(bench, cfg, run, 1, CPU)))
-
-
-def test_coca_heads_come_back_to_each_seeds_own_method(tiny_mnist360, float64, monkeypatch):
-    import gcl.training.stacked_train as module
-    bench, cfg = tiny_mnist360
-    run = RUNS["coca"]
-    kept, original = {}, module.setup_seed
-
-    def keeping(*args, **kwargs):
-        kept[args[3]] = original(*args, **kwargs)
-        return kept[args[3]]
-    monkeypatch.setattr(module, "setup_seed", keeping)
-    train_stacked(bench, cfg, run, [0, 1], CPU)
-    for seed in (0, 1):
-        alone = setup_seed(bench, cfg, run, seed, CPU)
-        alone.loop.run(progress=_Quiet())
-        heads = list(kept[seed].method.heads.parameters())
-        assert len(heads) == 8       # projector and pretext: two linear layers each
-        assert all(relative_close(a.detach(), b.detach()) for a, b in zip(heads, alone.method.heads.parameters()))
 
 
 def test_coca_with_batchnorm_heads_does_not_stack(tiny_mnist360):

@@ -19,7 +19,14 @@ def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def reservoir_slots(seen: int, batch: int, capacity: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """(positions in the batch, buffer slots) that reservoir sampling writes, ordered by position.
+    """(positions in the batch, buffer slots) that reservoir sampling writes, ordered by position (reservoir_pairs)."""
+    pairs = reservoir_pairs(seen, batch, capacity, generator)
+    return (torch.tensor([i for i, _ in pairs], dtype=torch.long),
+            torch.tensor([slot for _, slot in pairs], dtype=torch.long))
+
+
+def reservoir_pairs(seen: int, batch: int, capacity: int, generator: torch.Generator) -> list[tuple[int, int]]:
+    """The (position in the batch, buffer slot) pairs that reservoir sampling writes, ordered by position.
 
     The n-th stream sample (0-based) is stored at slot n while n < capacity, else at slot
     r ~ U{0..n} when r < capacity. Where two samples of one batch pick the same slot the later
@@ -33,9 +40,7 @@ def reservoir_slots(seen: int, batch: int, capacity: int, generator: torch.Gener
         slot = n if n < capacity else math.floor(u * (n + 1))
         if slot < capacity:
             winner[slot] = i
-    pairs = sorted((i, slot) for slot, i in winner.items())
-    return (torch.tensor([i for i, _ in pairs], dtype=torch.long),
-            torch.tensor([slot for _, slot in pairs], dtype=torch.long))
+    return sorted((i, slot) for slot, i in winner.items())
 
 
 class ReservoirBuffer:

@@ -20,7 +20,25 @@ import torch
 from torch import nn
 
 from gcl.core.backbones import MLP
-from gcl.core.buffer import reservoir_slots, to_device
+from gcl.core.buffer import reservoir_pairs, to_device
+
+
+class _BatchedLinear(torch.autograd.Function):
+    """x (S, B, in) @ weight (S, out, in)^T + bias (S, out), with a backward that writes the weight's gradient in the
+    weight's own layout: autograd's backward of the transposed view computed it as (S, in, out) and then copied it
+    into the weight's layout, which made the 784-wide first layer's step 2x slower here (forward and backward of
+    10 seeds x 17 images: 3.1 against 1.2-1.6 ms, one thread)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        grad_x = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None
+        return grad_x, torch.bmm(grad.transpose(1, 2), x), grad.sum(1)
 
 
 class StackedLinear(nn.Module):
@@ -36,7 +54,7 @@ class StackedLinear(nn.Module):
         self.bias = nn.Parameter(torch.stack([layer.bias.detach() for layer in layers]).clone())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.baddbmm(self.bias.unsqueeze(1), x, self.weight.transpose(1, 2))
+        return _BatchedLinear.apply(x, self.weight, self.bias)
 
     def unstack(self, s: int, layer: nn.Linear) -> None:
         """Copy seed `s`'s weights into `layer`."""
@@ -124,17 +142,13 @@ class StackedReservoir:
         if not self.fields:
             self.fields = {name: torch.zeros((self.seeds, self.capacity, *v.shape[2:]), dtype=v.dtype,
                                              device=self.device) for name, v in values.items()}
-        rows, positions, slots = [], [], []
-        for s, generator in enumerate(self.generators):
-            p, slot = reservoir_slots(self.seen, batch, self.capacity, generator)
-            rows.append(torch.full_like(p, s))
-            positions.append(p)
-            slots.append(slot)
+        # each seed's decisions as plain Python (a few scalars a seed), then one index tensor for all seeds
+        writes = [(s, i, slot) for s, generator in enumerate(self.generators)
+                  for i, slot in reservoir_pairs(self.seen, batch, self.capacity, generator)]
         self.seen += batch
-        rows, positions, slots = torch.cat(rows), torch.cat(positions), torch.cat(slots)
-        if rows.numel() == 0:
+        if not writes:
             return
-        rows, positions, slots = (to_device(t, self.device) for t in (rows, positions, slots))
+        rows, positions, slots = to_device(torch.tensor(writes, dtype=torch.long).T.contiguous(), self.device)
         for name, v in values.items():
             self.fields[name][rows, slots] = v.detach()[rows, positions].to(self.fields[name].dtype)
 
