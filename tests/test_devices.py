@@ -74,6 +74,17 @@ def test_auto_workers_fill_each_gpu_by_its_memory_and_the_cores(two_gpus, monkey
     assert devices.auto_workers(torch.device("cpu"), 1) == 1
 
 
+def test_stacked_groups_fill_the_cores_and_no_more(monkeypatch):
+    """A stacked group keeps its threads busy: on 2 cores at 1 thread each, workers 3 gives 2 groups (3 seeds stack
+    2 + 1, not 1 + 1 + 1); at 2 threads, one group; a GPU takes the workers as given."""
+    from gcl.core import devices
+    monkeypatch.setattr(devices, "available_cores", lambda: 2)
+    cpu = torch.device("cpu")
+    assert [devices.stacked_groups(w, cpu, 1) for w in (1, 2, 3, 8)] == [1, 2, 2, 2]
+    assert devices.stacked_groups(3, cpu, 2) == 1 and devices.stacked_groups(3, cpu, 4) == 1
+    assert devices.stacked_groups(3, torch.device("cuda"), 1) == 3
+
+
 def test_workers_auto_is_a_setting_and_a_bad_value_is_named(tmp_path):
     from gcl.config import TopLevel
     from gcl.core.settings import ParamsError, validate

@@ -189,7 +189,9 @@ def test_seed_workers_share_the_cores_for_kernel_compilation(monkeypatch):
 
 @pytest.fixture
 def stacked_project(tmp_path, monkeypatch):
+    from gcl.core import devices
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(devices, "available_cores", lambda: 4)     # room for two stacked groups on any machine
     return small_er_run([0, 1, 2], stack="auto")
 
 

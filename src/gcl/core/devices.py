@@ -84,6 +84,16 @@ def auto_workers(device: torch.device, seeds: int) -> int:
     return max(1, min(seeds, sum(max(1, min(n, fed)) for n in per_gpu)))
 
 
+def stacked_groups(workers: int, device: torch.device, threads: int) -> int:
+    """How many stacked groups (one process each) a stacked run's seeds split into, from its `workers`: on the CPU
+    no more than the cores hold at `threads` each, since a stacked group keeps its threads busy and a further
+    group only takes seeds from the others' stacks (3 seeds on 2 cores: groups of 2 and 1, not three lone
+    seeds); on a GPU, `workers` (processes that share the GPU)."""
+    if device.type == "cuda":
+        return max(1, workers)
+    return max(1, min(workers, available_cores() // max(1, threads)))
+
+
 def start_mps(say) -> None:
     """Start NVIDIA's Multi-Process Service (one GPU context shared by every process, so that their kernels
     run side by side instead of taking turns) when its control program is here and no daemon runs yet. The

@@ -20,7 +20,15 @@ from pathlib import Path
 import torch
 
 from gcl.core.atomic import move_file, remove_stale_temporaries, save_tensors, write_json
-from gcl.core.devices import auto_workers, compile_threads, resolve_device, seed_devices, share_compile_threads, start_mps
+from gcl.core.devices import (
+    auto_workers,
+    compile_threads,
+    resolve_device,
+    seed_devices,
+    share_compile_threads,
+    stacked_groups,
+    start_mps,
+)
 from gcl.core.fingerprint import file_digest, fingerprint
 from gcl.core.layout import benchmark_file, run_dir, run_log
 from gcl.core.processes import RunLock, die_with_parent
@@ -189,6 +197,8 @@ def _train_run(spec: ResolvedRun, workers: int | str, threads: int, checkpoint_m
                                f"({r.samples_per_second:.0f} samples/s)")
 
     workers = auto_workers(device, len(todo)) if workers == "auto" else min(workers, len(todo))
+    if stacked:
+        workers = min(workers, stacked_groups(workers, device, threads))
     devices = seed_devices(device, len(todo))   # on several visible GPUs, seeds take turns over them
     if mps == "auto" and device.type == "cuda" and workers > len(set(devices)):   # processes share a GPU
         start_mps(log.say)
@@ -201,7 +211,7 @@ def _train_run(spec: ResolvedRun, workers: int | str, threads: int, checkpoint_m
     else:
         executor = InProcess()
     with executor as pool:
-        if stacked:         # one stacked group per worker; a group's seeds finish together
+        if stacked:         # one stacked group per worker (stacked_groups); a group's seeds finish together
             groups = groups_of(list(zip(todo, devices)), workers)
             jobs = [(group, pool.submit(_train_group, spec, bench_path, data_digest, [t[0] for t, _ in group],
                                         str(group[0][1]), {t[0]: t[2] for t, _ in group}, threads, log))
