@@ -52,3 +52,35 @@ def test_the_machine_speed_probe_is_reported_beside_the_run(breakdown):
     text = breakdown.summary(21.0, rows, ((0.45, 9.5), (0.6, 12.25)))
     assert "batch 10 0.450 ms before the run, 0.600 ms after; batch 800 9.50 ms before, 12.25 ms after" in text
     assert "machine speed" not in breakdown.summary(21.0, rows)
+
+
+def test_a_run_of_an_earlier_commit_with_offline_downloads_keeps_its_results(breakdown, tmp_path, monkeypatch):
+    """--rev clones that commit, --downloads lands as the clone's data/downloads, --keep-results gets the clone's
+    params.yaml, dvc.lock and results/ (dvc repro itself stood in for: it is what the clone runs)."""
+    import subprocess
+    root = breakdown.ROOT
+    # HEAD by its hash: a CI checkout may hold no earlier commit
+    previous = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    downloads = tmp_path / "dl" / "MNIST" / "raw"
+    downloads.mkdir(parents=True)
+    (downloads / "train-images-idx3-ubyte").write_bytes(b"idx")
+    seen = {}
+
+    def fake_repro(cmd, cwd, env):
+        seen["head"] = subprocess.run(["git", "-C", str(cwd), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                      check=True).stdout.strip()
+        seen["downloaded"] = (cwd / "data" / "downloads" / "MNIST" / "raw" / "train-images-idx3-ubyte").read_bytes()
+        (cwd / "dvc.lock").write_text("lock")
+        (cwd / "results").mkdir(exist_ok=True)
+        (cwd / "results" / "tables.md").write_text("tables")
+        return LINES, 21.0
+    monkeypatch.setattr(breakdown, "timed_lines", fake_repro)
+    kept = tmp_path / "kept"
+    total, rows = breakdown.one_run(None, None, rev=previous, downloads=tmp_path / "dl", keep_results=kept)
+    assert seen == {"head": previous, "downloaded": b"idx"} and total == 21.0 and rows
+    assert (kept / "dvc.lock").read_text() == "lock" and (kept / "results" / "tables.md").read_text() == "tables"
+    assert (kept / "params.yaml").read_text() == subprocess.run(
+        ["git", "-C", str(root), "show", f"{previous}:params.yaml"], capture_output=True, text=True).stdout
+    with pytest.raises(SystemExit, match="no such folder"):
+        breakdown.main(["--downloads", str(tmp_path / "missing")])

@@ -3,6 +3,8 @@
     python tools/breakdown.py                 # a fresh clone of this repository's HEAD, default profile
     python tools/breakdown.py --repeat 3      # three cold runs: best and worst wall time
     python tools/breakdown.py --params profiles/ci.yaml
+    python tools/breakdown.py --rev 48af4a6            # an earlier commit, timed on this machine (before/after)
+    python tools/breakdown.py --params profiles/mnist-360.yaml --downloads ~/mnist-files --keep-results out/
 
 Each run clones HEAD into a temporary folder (no outputs, no DVC cache: what a new user has), runs
 `dvc repro` there and time-stamps every line it prints. The lines mark the phases: DVC announces a stage
@@ -129,20 +131,35 @@ def machine_probe() -> tuple[float, float]:
     return machine_speed(10, 300), machine_speed(800, 30)
 
 
-def fresh_clone(dst: Path, params: str | None) -> None:
+def fresh_clone(dst: Path, params: str | None, rev: str | None = None, downloads: Path | None = None) -> None:
+    """A clone of HEAD (or `rev`), `params` over its params.yaml, `downloads` copied in as its data/downloads."""
     subprocess.run(["git", "clone", "-q", str(ROOT), str(dst)], check=True)
+    if rev:
+        subprocess.run(["git", "-C", str(dst), "checkout", "-q", rev], check=True)
     if params:
         shutil.copy(ROOT / params, dst / "params.yaml")
+    if downloads:
+        shutil.copytree(downloads, dst / "data" / "downloads")
 
 
-def one_run(params: str | None, keep: Path | None) -> tuple[float, list[dict]]:
+def one_run(params: str | None, log: Path | None, rev: str | None = None, downloads: Path | None = None,
+            keep_results: Path | None = None) -> tuple[float, list[dict]]:
+    """One cold `dvc repro` in a fresh clone: its wall time and phases; `keep_results` receives the clone's
+    params.yaml, dvc.lock and results/ (what a committed reproduction holds)."""
     folder = Path(tempfile.mkdtemp(prefix="gcl-breakdown-"))
     try:
-        fresh_clone(folder / "repo", params)
-        env = {**os.environ, "PYTHONPATH": str(folder / "repo" / "src"), "PYTHONUNBUFFERED": "1"}
-        lines, total = timed_lines(["dvc", "repro"], folder / "repo", env)
-        if keep:
-            keep.write_text("".join(f"{t:9.2f} {text}\n" for t, text in lines))
+        repo = folder / "repo"
+        fresh_clone(repo, params, rev, downloads)
+        env = {**os.environ, "PYTHONPATH": str(repo / "src"), "PYTHONUNBUFFERED": "1"}
+        lines, total = timed_lines(["dvc", "repro"], repo, env)
+        if log:
+            log.write_text("".join(f"{t:9.2f} {text}\n" for t, text in lines))
+        if keep_results:
+            shutil.rmtree(keep_results, ignore_errors=True)
+            keep_results.mkdir(parents=True)
+            for name in ("params.yaml", "dvc.lock"):
+                shutil.copy(repo / name, keep_results / name)
+            shutil.copytree(repo / "results", keep_results / "results")
         return total, parse(lines, total)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -185,14 +202,21 @@ def main(argv=None) -> list[tuple[float, list[dict]]]:
     p.add_argument("--repeat", type=int, default=1, help="cold runs, one after the other")
     p.add_argument("--params", default=None, help="a profile to copy over params.yaml in the clone (default: as committed)")
     p.add_argument("--log", type=Path, default=None, help="write the time-stamped output of the last run here")
+    p.add_argument("--rev", default=None, help="clone this commit instead of HEAD (an earlier version, timed here)")
+    p.add_argument("--downloads", type=Path, default=None, help="a folder copied in as the clone's data/downloads: "
+                   "the sources' files where the machine cannot download them (e.g. MNIST/raw/ with the IDX files)")
+    p.add_argument("--keep-results", type=Path, default=None, help="copy the last run's params.yaml, dvc.lock and "
+                   "results/ here (replacing the folder)")
     args = p.parse_args(argv)
-    if subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                      capture_output=True, text=True).stdout.strip():
+    if args.downloads and not args.downloads.is_dir():
+        raise SystemExit(f"error: --downloads {args.downloads}: no such folder")
+    if not args.rev and subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                                       capture_output=True, text=True).stdout.strip():
         print("note: the clone is of HEAD; uncommitted changes are not in it", file=sys.stderr)
     results = []
     for i in range(args.repeat):
         before = machine_probe()
-        total, rows = one_run(args.params, args.log)
+        total, rows = one_run(args.params, args.log, args.rev, args.downloads, args.keep_results)
         time.sleep(10)   # DVC starts a short-lived background process as it exits: let it finish first
         probe = (before, machine_probe())
         results.append((total, rows))
