@@ -159,12 +159,14 @@ def test_like_checks_the_class_count_images_per_class_and_image_size(tmp_path, m
         read(root, like="cifar10")
     assert re.search(r"copy is not shaped like cifar10 \(the source's `like`\): 3 classes, not 10\. Fix: point "
                      r"`path` at a complete copy of cifar10", one_line(e))
-    monkeypatch.setitem(random_sources.SOURCE_SHAPES, "cifar10", SourceShape(3, 12, (3, 3, 2), (3, 32, 32)))
+    monkeypatch.setitem(random_sources.SOURCE_SHAPES, "cifar10", SourceShape(3, 12, (3, 3, 2), (3, 32, 32),
+                                                                               NORMALIZATION["cifar10"]))
     with pytest.raises(SourceError) as e:          # the counts: checked before any image is decoded
         read(root, like="cifar10")
     assert re.search(r"not shaped like cifar10 \(the source's `like`\): test/dog/ holds 3 images, not 2\. Fix",
                      one_line(e))
-    monkeypatch.setitem(random_sources.SOURCE_SHAPES, "cifar10", SourceShape(3, 12, 3, (3, 32, 32)))
+    monkeypatch.setitem(random_sources.SOURCE_SHAPES, "cifar10", SourceShape(3, 12, 3, (3, 32, 32),
+                                                                               NORMALIZATION["cifar10"]))
     with pytest.raises(SourceError) as e:
         read(root, like="cifar10")
     assert re.search(r"train/ant/0\.png is 8x8 pixels \(width x height\), not cifar10's 32x32 \(the source's `like`\)\. Fix: set "

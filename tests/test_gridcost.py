@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from gcl.data.random_sources import SOURCE_SHAPES, SourceShape
+from gcl.data.random_sources import MNIST_PIXELS, SOURCE_SHAPES, SourceShape
 from image_fixtures import SEQ_BENCHMARK
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "tools"
@@ -27,7 +27,7 @@ def gridcost(monkeypatch):
     monkeypatch.setitem(sys.modules, spec.name, module)
     spec.loader.exec_module(module)
     # the tools look shapes up through gcl.data.random_sources.shape_of, in its SOURCE_SHAPES
-    small = SourceShape(10, PER_CLASS, TEST_PER_CLASS, (1, 28, 28))
+    small = SourceShape(10, PER_CLASS, TEST_PER_CLASS, (1, 28, 28), MNIST_PIXELS)
     monkeypatch.setitem(SOURCE_SHAPES, "mnist-bundled", small)
     yield module
     torch.set_num_threads(1)
