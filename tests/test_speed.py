@@ -74,3 +74,12 @@ def test_time_one_cell_of_a_params_file(speed, tmp_path, monkeypatch, capsys):
     assert "seq-er-50 seed 0 on cpu" in out and "samples/s" in out and "task-il" in out
     assert not (tmp_path / "runs").exists()   # timing only: nothing written
     torch.set_num_threads(1)
+
+
+def test_the_stacked_table_times_resnet_seeds_stacked_and_alone(speed, capsys):
+    """The paper profile's seq-CIFAR-10 ER run, its seeds stacked and alone (8x8 images at width 2 here)."""
+    rows = speed.main(["--stacked", "2", "--backbone", "resnet18", "--width", "2", "--per-class", "4", "--methods", "er",
+                 "--threads", "1"])
+    assert [r["method"] for r in rows] == ["er"] and rows[0]["run"].startswith("seq-cifar10-er")
+    assert rows[0]["seeds"] == 2 and rows[0]["steps"] > 0 and rows[0]["alone_ms"] > 0 and rows[0]["stacked_ms"] > 0
+    assert "resnet18 width 2" in capsys.readouterr().out

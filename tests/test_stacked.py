@@ -106,19 +106,33 @@ def test_a_stacked_mlp_refuses_what_it_cannot_stack():
         StackedMLP([MLP(SHAPE, CLASSES, input_size=9)])
 
 
-def test_stacked_heads_compute_each_seeds_head_and_refuse_batchnorm():
+def test_stacked_heads_compute_each_seeds_head_batchnorm_included():
+    """A head of Linear, BatchNorm1d and ReLU layers (CoCa's on a ResNet): each seed's output, its BatchNorm's
+    batch statistics and running estimates its own, in training and in eval mode; any other layer refused."""
     heads = []
     for seed in range(S):
         torch.manual_seed(seed)
-        heads.append(torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3)).double())
+        head = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.BatchNorm1d(5), torch.nn.ReLU(),
+                                   torch.nn.Linear(5, 3)).double()
+        torch.nn.init.uniform_(head[1].weight)         # not the default ones: a mix-up of seeds would show
+        heads.append(head)
     stacked = stack_sequential(heads)
-    x = torch.rand(S, B, 6, dtype=torch.float64)
-    out = stacked(x)
-    for s, head in enumerate(heads):
-        assert close(out[s], head(x[s]))
+    for _ in range(2):
+        x = torch.rand(S, B, 6, dtype=torch.float64)
+        out = stacked(x)
+        for s, head in enumerate(heads):
+            assert close(out[s], head(x[s]))
+            assert close(stacked[1].running_mean[s], head[1].running_mean)
+    stacked.eval()
+    for head in heads:
+        head.eval()
+    out = stacked(x[:, :1])                              # one sample a seed: the running estimates
+    assert all(close(out[s], head(x[s, :1])) for s, head in enumerate(heads))
     with torch.no_grad():
-        stacked[2].weight[1] += 1.0
+        stacked[3].weight[1] += 1.0
+        stacked[1].running_var[1] += 1.0
     unstack_sequential(stacked, 1, heads[1])
-    assert close(heads[1][2].weight, stacked[2].weight[1]) and not close(heads[0][2].weight, stacked[2].weight[0] + 1)
-    with pytest.raises(TypeError, match="BatchNorm1d"):
-        stack_sequential([torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.BatchNorm1d(5)) for _ in range(S)])
+    assert close(heads[1][3].weight, stacked[3].weight[1]) and close(heads[1][1].running_var, stacked[1].running_var[1])
+    assert not close(heads[0][3].weight, stacked[3].weight[0] + 1)
+    with pytest.raises(TypeError, match="Dropout"):
+        stack_sequential([torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Dropout()) for _ in range(S)])

@@ -10,8 +10,10 @@
 #    a stream of many batch sizes must compile a handful of graphs, not one per size.
 # 3. gridcost with several processes sharing the GPU under NVIDIA's MPS (started if it is installed): what the
 #    paper grid costs on this card.
-# 4. The dry run of one image cell on the GPU at full width, bf16 and compiled, through `dvc repro`.
-# 5. Optional, where GCL_CIFAR10_FOLDER names a copy of CIFAR-10 as an image folder (a folder, or a .tar.gz / .zip of
+# 4. Seeds stacked on the ResNet-18 (grouped convolutions, eager) against the same seeds alone, 5 seeds of ER, DER++,
+#    CoCa and CLS-ER on seq-cifar10's shapes: ms per seed-step of each, what `stack: true` gains on this card.
+# 5. The dry run of one image cell on the GPU at full width, bf16 and compiled, through `dvc repro`.
+# 6. Optional, where GCL_CIFAR10_FOLDER names a copy of CIFAR-10 as an image folder (a folder, or a .tar.gz / .zip of
 #    one: train/<class>/, test/<class>/): seq-cifar10's ER, DER++ and CoCa at buffer 500 trained on its real images at
 #    the paper's length (50 epochs), 1 seed, through `dvc repro` of profiles/cifar10-folder.yaml in a workspace of its
 #    own ($OUT/folder-cifar10: its results/tables.md puts the paper's numbers beside them). Say which copy it was.
@@ -52,6 +54,8 @@ check mnist360-recompiles 900 env TORCH_LOGS=recompiles python tools/dryrun.py p
 nvidia-cuda-mps-control -d > /dev/null 2>&1 || true   # gridcost's processes share the GPU better under MPS
 check gridcost-4-processes 900 python tools/gridcost.py --benchmarks seq-cifar10 --methods er,derpp,coca --processes 4 \
     --device cuda --steps 100
+check stacked-resnet 900 python tools/speed.py --stacked 5 --backbone resnet18 --device cuda --per-class 200 \
+    --methods er,derpp,coca,clser
 check dryrun-image-cell 900 python tools/dryrun.py profiles/paper.yaml --runs seq-cifar10-coca-200 --device cuda --bf16 \
     --width 64 --pooled-size 64 --workspace "$out/dry-image" --fresh
 if [ -n "${GCL_CIFAR10_FOLDER:-}" ]; then

@@ -5,6 +5,7 @@
     python tools/speed.py --methods er,derpp --device cuda --bf16 --channels-last
     python tools/speed.py --cell seq-mnist-er-200  # one seed of one run of params.yaml, as dvc repro trains it
     python tools/speed.py --stacked 10             # every stackable method: 10 seeds stacked vs the same seeds alone
+    python tools/speed.py --stacked 5 --backbone resnet18   # the same on seq-CIFAR-10's ResNet-18
 
 A method step is what the training loop does per stream batch: the batched augmentation of the stream
 batch, then `observe` (replay, distillation, buffer insertion, the update). Each method runs with the
@@ -245,33 +246,47 @@ def time_cell(args) -> None:
           f"{1e3 * r.train_seconds / r.steps:.1f} ms/step; class-il {r.class_il:.2f}, task-il {til}")
 
 
+# --stacked: each backbone's benchmark of the timed runs (the first run of a method on it, the preset's buffer first)
+STACKED_BENCHMARKS = {"mlp": ("params.yaml", "mnist-360", "mnist"), "resnet18": ("profiles/paper.yaml", "seq-cifar10", "cifar10")}
+
+
 def stacked_table(args) -> list[dict]:
-    """Per stackable method (gcl.methods.stacked), a whole MNIST-360 stream of `args.stacked` seeds trained stacked
-    and the same seeds trained one after the other in this process (run_seed), at the profile's MNIST-360 run
-    settings on random digits of MNIST's shape: training seconds per seed-step of each (evaluations left out, as a
+    """Per stackable method (gcl.methods.stacked), a whole stream of `args.stacked` seeds trained stacked and the
+    same seeds trained one after the other in this process (run_seed), at the settings of the method's run on the
+    backbone's benchmark (MLP: params.yaml's MNIST-360; ResNet-18: profiles/paper.yaml's seq-CIFAR-10, one epoch)
+    on random images of the benchmark's shape: training seconds per seed-step of each (evaluations left out, as a
     seed's own train_seconds leave them out)."""
-    from gcl.data import mnist360
     from gcl.methods.stacked import STACKED
-    from gcl.training.stacked_train import train_stacked
+    from gcl.training.stacked_train import train_stacked, unstackable
     from gcl.training.train import run_seed
 
-    params = load_params(args.profile or "params.yaml")
-    device, seeds, rows = torch.device("cpu"), list(range(args.stacked)), []
+    profile, benchmark, source = STACKED_BENCHMARKS[args.backbone]
+    profile = args.profile or profile
+    params, preset = load_params(profile), PRESETS[args.backbone]
+    device = torch.device("cuda" if args.device == "cuda" else "cpu")
+    seeds, rows = list(range(args.stacked)), []
     for method in args.methods or sorted(STACKED):
-        key = next((k for k, r in params["runs"].items() if r["method"] == method
-                    and params["benchmarks"][r["benchmark"]]["kind"] == "mnist-360"), None)
-        if key is None:
-            print(f"[skip] {method}: no MNIST-360 run of it in {args.profile or 'params.yaml'}", file=sys.stderr)
+        keys = sorted((r.get("buffer") != (args.buffer or preset.buffer), k) for k, r in params["runs"].items()
+                      if r["method"] == method and r["benchmark"] == (args.benchmark or benchmark))
+        if not keys:
+            print(f"[skip] {method}: no {benchmark} run of it in {profile}", file=sys.stderr)
             continue
-        spec = resolve_run(params, key)
-        bench = mnist360.build_benchmark(random_source(SOURCE_SHAPES["mnist"], args.per_class, 20), spec.data)
-        alone = sum(run_seed(bench, spec.benchmark, spec.run, seed, device).train_seconds for seed in seeds)
-        together = train_stacked(bench, spec.benchmark, spec.run, seeds, device)
+        spec = resolve_run(params, keys[0][1])
+        training = spec.benchmark
+        if args.backbone == "resnet18":      # a pass over a short stream; the width as asked
+            training = training.model_copy(update={"epochs": 1, "width": args.width})
+        if unstackable(training, spec.run):
+            print(f"[skip] {method}: {unstackable(training, spec.run)}", file=sys.stderr)
+            continue
+        bench = random_benchmark(spec.data, random_source(SOURCE_SHAPES[source], args.per_class, 4))
+        alone = sum(run_seed(bench, training, spec.run, seed, device).train_seconds for seed in seeds)
+        together = train_stacked(bench, training, spec.run, seeds, device)
         steps = together[0].steps
         stacked = sum(r.train_seconds for r in together.values())
-        rows.append({"method": method, "run": key, "seeds": len(seeds), "steps": steps,
+        rows.append({"method": method, "run": keys[0][1], "seeds": len(seeds), "steps": steps,
                      "alone_ms": 1e3 * alone / (steps * len(seeds)), "stacked_ms": 1e3 * stacked / (steps * len(seeds))})
-    print(f"MNIST-360 stream of {args.per_class} random digits per class, MLP, cpu, torch {torch.__version__}, "
+    print(f"{benchmark} stream of {args.per_class} random images per class, {args.backbone}"
+          f"{f' width {args.width}' if args.width else ''}, {device.type}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} thread(s): ms of training per seed-step")
     print(f"{'method':<8}{'seeds':>6}{'steps':>7}{'alone':>9}{'stacked':>9}{'speed-up':>10}  run")
     for r in rows:
@@ -298,9 +313,11 @@ def main(argv=None) -> list[dict] | None:
     p.add_argument("--cell", default=None, help="time one seed of this run key of params.yaml instead")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stacked", type=int, default=0, metavar="S", help="time S seeds trained stacked against the same "
-                   "seeds alone, for every stackable method (MNIST-360, MLP, CPU)")
-    p.add_argument("--per-class", type=int, default=400, help="with --stacked: random digits per class (400: the "
-                   "bundled digits' stream)")
+                   "seeds alone, for every stackable method (MLP: MNIST-360; resnet18: seq-CIFAR-10)")
+    p.add_argument("--per-class", type=int, default=None, help="with --stacked: random images per class (default: "
+                   "400 digits, the bundled digits' stream; 8 images for resnet18)")
+    p.add_argument("--width", type=int, default=None, help="with --stacked and resnet18: the network's width "
+                   "(default: 64, the architecture's)")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -309,6 +326,7 @@ def main(argv=None) -> list[dict] | None:
         return None
     if args.stacked:
         args.methods = [m for m in args.methods.split(",") if m]
+        args.per_class = args.per_class or {"mlp": 400, "resnet18": 8}[args.backbone]
         return stacked_table(args)
     if args.channels_last and args.backbone != "resnet18":
         p.error("--channels-last applies to --backbone resnet18")

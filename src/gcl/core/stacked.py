@@ -1,12 +1,13 @@
 """Seeds stacked: S seeds' networks as one network whose parameters carry a leading seed dimension, and their
 reservoir buffers as one set of tensors, so that one forward, one backward and one update serve every seed.
 
-Each seed keeps what is its own: its weights (initialised as its own network was: `StackedMLP.of` stacks
+Each seed keeps what is its own: its weights (initialised as its own network was: a stacked network stacks
 networks built one by one), its buffer's contents and its random decisions (each seed's reservoir draws from
 that seed's generator, in the order a seed trained alone draws). Inputs and outputs carry the seed dimension
 first: (S, B, ...). A loss that sums the seeds' losses gives each seed's parameters exactly the gradient it would
 get alone, since no parameter is shared; so in float64 a stacked seed matches its lone run to rounding
-(tests/test_stacked.py), and in float32 the two paths round differently (equal in distribution, not bit for bit).
+(tests/test_stacked.py; the ResNet-18's grouped convolutions: gcl.core.stacked_resnet), and in float32 the
+two paths round differently (equal in distribution, not bit for bit).
 
 Why batched matmuls (torch.baddbmm over the seed dimension) rather than torch.func.vmap over stacked state: on
 this project's 2-core CPU, 10 MLP seeds as one batched network took 0.120 ms per seed-step against 0.294 ms as
@@ -17,6 +18,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from gcl.core.backbones import MLP
@@ -56,32 +58,72 @@ class StackedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _BatchedLinear.apply(x, self.weight, self.bias)
 
-    def unstack(self, s: int, layer: nn.Linear) -> None:
-        """Copy seed `s`'s weights into `layer`."""
-        with torch.no_grad():
-            layer.weight.copy_(self.weight[s])
-            layer.bias.copy_(self.bias[s])
+
+class StackedBatchNorm(nn.Module):
+    """S BatchNorms of C channels (one per seed) as one BatchNorm of S x C channels, for inputs whose channels hold
+    the seeds one after the other, (B, S * C, ...): each seed's channels are normalised by the statistics of its
+    own batch alone and keep their own running estimates, so each is its lone BatchNorm. Weights and running
+    estimates carry the seed dimension first, (S, C), as every stacked parameter does."""
+
+    def __init__(self, norms: list[nn.modules.batchnorm._BatchNorm]):
+        super().__init__()
+        first = norms[0]
+        if not (first.affine and first.track_running_stats) or first.momentum is None:
+            raise TypeError("only affine BatchNorms with running estimates and a momentum stack")
+        self.eps, self.momentum = first.eps, first.momentum
+        self.weight = nn.Parameter(torch.stack([n.weight.detach() for n in norms]).clone())
+        self.bias = nn.Parameter(torch.stack([n.bias.detach() for n in norms]).clone())
+        self.register_buffer("running_mean", torch.stack([n.running_mean for n in norms]).clone())
+        self.register_buffer("running_var", torch.stack([n.running_var for n in norms]).clone())
+        # every seed takes as many training steps as the others: one count serves them all
+        self.register_buffer("num_batches_tracked", first.num_batches_tracked.clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            self.num_batches_tracked.add_(1)
+        # the flattened estimates are views of the (S, C) buffers: batch_norm updates them in place
+        return F.batch_norm(x, self.running_mean.view(-1), self.running_var.view(-1), self.weight.view(-1),
+                            self.bias.view(-1), self.training, self.momentum, self.eps)
+
+
+class StackedBatchNorm1d(StackedBatchNorm):
+    """StackedBatchNorm for features laid out seeds first, (S, B, C), as a stacked head's are."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s, b, c = x.shape
+        out = super().forward(x.transpose(0, 1).reshape(b, s * c))
+        return out.view(b, s, c).transpose(0, 1)
+
+
+def unstack_state(stacked: nn.Module, s: int, lone: nn.Module) -> nn.Module:
+    """Copy seed `s`'s parameters and buffers of a stacked module into `lone`, whose state has the same names (the
+    stacked tensors with the seed dimension first; a BatchNorm's step count shared by all seeds)."""
+    state = stacked.state_dict()
+    with torch.no_grad():
+        for name, value in lone.state_dict().items():
+            value.copy_(state[name] if name.endswith("num_batches_tracked") else state[name][s])
+    return lone
 
 
 def stack_sequential(seqs: list[nn.Sequential]) -> nn.Sequential:
-    """S sequentials of Linear and ReLU layers (one per seed, alike in shape) as one (StackedLinear for each Linear);
-    a TypeError for any other layer (a BatchNorm's statistics would mix the seeds' batches)."""
+    """S sequentials of Linear, BatchNorm1d and ReLU layers (one per seed, alike in shape) as one, for inputs
+    (S, B, features); a TypeError for any other layer."""
     layers = []
     for parts in zip(*seqs):
         if all(isinstance(m, nn.Linear) for m in parts):
             layers.append(StackedLinear(list(parts)))
+        elif all(isinstance(m, nn.BatchNorm1d) for m in parts):
+            layers.append(StackedBatchNorm1d(list(parts)))
         elif all(isinstance(m, nn.ReLU) for m in parts):
             layers.append(nn.ReLU())
         else:
-            raise TypeError(f"only Linear and ReLU layers stack, not {type(parts[0]).__name__}")
+            raise TypeError(f"only Linear, BatchNorm1d and ReLU layers stack, not {type(parts[0]).__name__}")
     return nn.Sequential(*layers)
 
 
 def unstack_sequential(stacked: nn.Sequential, s: int, seq: nn.Sequential) -> None:
-    """Copy seed `s`'s weights of a stack_sequential into that seed's own sequential."""
-    for part, layer in zip(stacked, seq):
-        if isinstance(part, StackedLinear):
-            part.unstack(s, layer)
+    """Copy seed `s`'s weights (and running estimates) of a stack_sequential into that seed's own sequential."""
+    unstack_state(stacked, s, seq)
 
 
 class StackedMLP(nn.Module):
@@ -109,7 +151,7 @@ class StackedMLP(nn.Module):
     def unstack(self, s: int, net: MLP) -> MLP:
         """Seed `s`'s weights, copied into `net` (an MLP of the same shape): its network as if trained alone."""
         for stacked, layer in ((self.fc1, net.body[1]), (self.fc2, net.body[3]), (self.classifier, net.classifier)):
-            stacked.unstack(s, layer)
+            unstack_state(stacked, s, layer)
         return net
 
 

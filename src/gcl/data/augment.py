@@ -29,13 +29,19 @@ def crop_flip(images: torch.Tensor, top: torch.Tensor, left: torch.Tensor, flip:
     return padded.reshape(b, c, -1).gather(2, flat).view(b, c, h, w)
 
 
+def crop_flip_draws(count: int, padding: int, device: torch.device,
+                    generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
+    """`count` random crop offsets (top, left) and flips, drawn in this order from `generator` (None: torch's
+    global generator of `device`)."""
+    top = torch.randint(0, 2 * padding + 1, (count,), device=device, generator=generator)
+    left = torch.randint(0, 2 * padding + 1, (count,), device=device, generator=generator)
+    flip = torch.rand(count, device=device, generator=generator) < 0.5
+    return top, left, flip
+
+
 def random_crop_flip(images: torch.Tensor, padding: int = 4) -> torch.Tensor:
     """A fresh random crop offset and flip for every image of the batch."""
-    b, dev = images.shape[0], images.device
-    top = torch.randint(0, 2 * padding + 1, (b,), device=dev)
-    left = torch.randint(0, 2 * padding + 1, (b,), device=dev)
-    flip = torch.rand(b, device=dev) < 0.5
-    return crop_flip(images, top, left, flip, padding)
+    return crop_flip(images, *crop_flip_draws(images.shape[0], padding, images.device), padding)
 
 
 class Normalize:
@@ -68,3 +74,25 @@ class TrainAugment:
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         return self.normalize(random_crop_flip(images, self.padding))
+
+
+class SeedwiseTransform:
+    """A training transform applied to S seeds' batches at once, (S, B, ...) -> (S, B, ...), for seeds trained
+    stacked (gcl.training.stacked_train). A TrainAugment draws each seed's crops and flips from that seed's own
+    generator (on the batch's device), the draws a lone seed makes from the global generator in the same order,
+    so that each seed's images are augmented exactly as they would be alone; other transforms draw nothing."""
+
+    def __init__(self, transform, generators: list[torch.Generator]):
+        self.transform, self.generators = transform, generators
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        s, b = images.shape[:2]
+        flat = images.reshape(s * b, *images.shape[2:])
+        if isinstance(self.transform, TrainAugment):
+            padding = self.transform.padding
+            draws = [crop_flip_draws(b, padding, images.device, g) for g in self.generators]
+            top, left, flip = (torch.cat(d) for d in zip(*draws))
+            out = self.transform.normalize(crop_flip(flat, top, left, flip, padding))
+        else:
+            out = self.transform(flat)
+        return out.view(s, b, *out.shape[1:])

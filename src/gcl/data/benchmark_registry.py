@@ -121,8 +121,9 @@ class BenchmarkSettings(Settings):
                                            "option)")
     stack: bool | Literal["auto"] = training_setting(
         "auto", description="train a run's seeds as one stacked network (gcl.training.stacked_train), one step for all "
-        "of them; auto: where the method's step stacks (docs/performance.md). In float32 a stacked seed rounds "
-        "differently from a lone one (equal in distribution); false: each seed alone")
+        "of them; auto: where the method's step stacks and stacking pays, the MLP (docs/performance.md); true: the "
+        "ResNet-18 too. In float32 a stacked seed rounds differently from a lone one (equal in distribution); false: "
+        "each seed alone")
     compile: bool | Literal["auto"] = training_setting(
         "auto", description="torch.compile the backbone's training passes (on a GPU with CUDA graphs) for the methods "
         "that allow it; auto: on a GPU with Triton only (the numbers move by rounding, so a CPU run stays eager)")

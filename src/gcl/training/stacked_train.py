@@ -9,16 +9,21 @@ seed's is (seed_result), recording `stacked`: how many seeds trained together. I
 its lone run to rounding (tests/test_stacked_train.py); in float32 the batched and the lone kernels round
 differently, so the two paths agree in distribution, each deterministic on one machine.
 
-Stacks so far: the methods of gcl.methods.stacked.STACKED on the MLP, eager, fp32 (or the default float type),
-with a training transform that draws no random numbers (no augmentation: MNIST-360, seq-MNIST); `unstackable`
-says why another run does not.
+A seed's augmentation draws from the global generator when it trains alone, and nothing else of a stackable
+method's step does (their draws come from the run's own generator, ctx.generator); so each stacked seed takes,
+right after its setup, a generator in the state the global one would start its training with, and draws its
+crops and flips from it (gcl.data.augment.SeedwiseTransform).
+
+Stacks so far: the methods of gcl.methods.stacked.STACKED on the MLP and the ResNet-18, eager, fp32 (or the
+default float type); `unstackable` says why another run does not.
 """
 from __future__ import annotations
 
 import torch
 
 from gcl.core.results import SeedResult
-from gcl.core.stacked import StackedMLP, flat_seeds
+from gcl.core.stacked_resnet import stack_networks
+from gcl.data.augment import SeedwiseTransform
 from gcl.data.benchmarks import BenchmarkData, TrainingSettings
 from gcl.methods.base import RunSettings
 from gcl.methods.stacked import STACKED
@@ -31,20 +36,22 @@ def unstackable(training: TrainingSettings, run: RunSettings) -> str | None:
     """Why the seeds of this run cannot train stacked (None: they can), whatever its `stack` setting says."""
     if run.algorithm not in STACKED:
         return f"{run.algorithm}'s step does not stack (yet)"
-    if STACKED[run.algorithm].refuses(run):
-        return STACKED[run.algorithm].refuses(run)
-    if training.backbone != "mlp" or training.input_size is not None:
-        return "only the MLP stacks so far"
+    if training.backbone == "mlp" and training.input_size is not None:
+        return "a stacked MLP takes its input as it is (input_size: none)"
     if training.bf16 or training.compile is True:
         return "the stacked step runs eager in full precision"
-    if getattr(training, "augment", False):     # a kind's augmentation (gcl.data.augment.TrainAugment)
-        return "its augmentation draws from the global random generator, which stacked seeds do not share"
+    if training.channels_last:
+        return "a stacked ResNet-18 keeps the default memory layout"
     return None
 
 
 def stacks(training: TrainingSettings, run: RunSettings, seeds: int) -> bool:
-    """Whether `seeds` seeds of this run train stacked: `stack` true, or auto where the run stacks; never one seed."""
-    return seeds > 1 and training.stack is not False and unstackable(training, run) is None
+    """Whether `seeds` seeds of this run train stacked (never one seed): `stack` true where the run stacks, or auto
+    where it stacks and stacking is measured to pay, i.e. on the MLP (docs/performance.md: a stacked ResNet-18 step
+    was slower than lone ones on a CPU, and on a GPU a compiled run, auto there, does not stack)."""
+    if seeds < 2 or training.stack is False or unstackable(training, run) is not None:
+        return False
+    return training.stack is True or training.backbone == "mlp"
 
 
 def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSettings, seeds: list[int],
@@ -56,18 +63,21 @@ def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSett
     why = unstackable(training, run)
     if why is not None:
         raise ValueError(f"{run.method}: cannot stack its seeds: {why}")
-    setups = [setup_seed(bench, training, run, seed, device) for seed in seeds]
+    setups, augment_generators = [], []
+    for seed in seeds:
+        setups.append(setup_seed(bench, training, run, seed, device))
+        augment_generators.append(_global_generator_now(device))      # before the next seed's setup reseeds it
     streams = [s.stream for s in setups]
     if any(st.bounds != streams[0].bounds for st in streams):
         raise RuntimeError("stacked seeds need streams of the same batch sizes")   # the kinds guarantee it
     stream, n = streams[0], len(seeds)
-    net = StackedMLP([s.net for s in setups]).to(device)
-    method = STACKED[run.algorithm](net, run, [s.method for s in setups])
+    net = stack_networks([s.net for s in setups]).to(device)
+    transform = SeedwiseTransform(setups[0].loop.train_transform, augment_generators)
+    method = STACKED[run.algorithm](net, run, [s.method for s in setups], transform)
     pools = torch.stack([s.loop.pool for s in setups])              # (S, pool, ...): each seed's own images
     labels = torch.stack([s.loop.labels for s in setups])
     orders = torch.stack([st.order for st in streams]).to(device)   # (S, samples)
     rows = torch.arange(n, device=device).unsqueeze(1)
-    transform = setups[0].loop.train_transform
     eval_after, task_ends = set(stream.eval_after), set(stream.task_ends)
     has_tasks = setups[0].loop.has_tasks
     progress = progress or Progress(run.method)
@@ -80,8 +90,7 @@ def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSett
     for step in range(stream.steps):
         idx = orders[:, stream.bounds[step]:stream.bounds[step + 1]]
         x_raw, y = pools[rows, idx], labels[rows, idx]
-        x = transform(flat_seeds(x_raw))
-        loss_sum += method.observe(x.view(*idx.shape, *x.shape[1:]), y, x_raw)
+        loss_sum += method.observe(transform(x_raw), y, x_raw)
         loss_steps += 1
         if step in eval_after:
             timer.stop()
@@ -113,7 +122,14 @@ def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSett
     return results
 
 
-def _check_finite(loss_sum: torch.Tensor, net: StackedMLP, seeds: list[int], step: int, steps: int) -> None:
+def _global_generator_now(device: torch.device) -> torch.Generator:
+    """A generator on `device` in the state of torch's global generator there, now."""
+    generator = torch.Generator(device)
+    generator.set_state(torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state())
+    return generator
+
+
+def _check_finite(loss_sum: torch.Tensor, net: torch.nn.Module, seeds: list[int], step: int, steps: int) -> None:
     """Refuse a seed whose loss or weights stopped being finite, naming it (one host synchronisation)."""
     finite = torch.isfinite(loss_sum)
     for p in net.parameters():

@@ -151,6 +151,20 @@ def supcon_loss(z: torch.Tensor, labels: torch.Tensor, tau: float) -> torch.Tens
     return (per_anchor * has_pos).sum(-1) / has_pos.sum(-1).clamp(min=1.0)
 
 
+def replay_batches(method, x: torch.Tensor, y: torch.Tensor, dim: int = 0):
+    """A CoCa step's buffer batches, drawn in this order: b2 (images, labels), then with CKD b1 (images, stored
+    logits); and the stream batch joined with b2 along the batch `dim` (1 for stacked seeds): (buf_x, buf_y, b1,
+    inputs, labels), the first three None while the buffer is empty (b1 also without CKD)."""
+    buf_x = buf_y = b1 = None
+    if not method.buffer.is_empty():
+        buf_x, buf_y = method.replay_batch(method.cfg.replay_batch, "labels")        # b2
+        if method.ckd:
+            b1 = method.replay_batch(method.cfg.replay_batch, "logits")              # b1
+    inputs = x if buf_x is None else torch.cat([x, buf_x], dim)
+    labels = y if buf_y is None else torch.cat([y, buf_y], dim)
+    return buf_x, buf_y, b1, inputs, labels
+
+
 def mlp_head(style: str, feat_dim: int, out_dim: int, batchnorm: bool = True) -> nn.Sequential:
     """The authors' head for a backbone of this `head_style` (see the module docstring), with or without BatchNorm."""
     norm = (lambda: [nn.BatchNorm1d(feat_dim)]) if batchnorm else list
@@ -243,13 +257,7 @@ class CoCa(Method):
 
     def observe(self, x, y, x_raw):
         cfg = self.cfg
-        buf_x = buf_y = b1 = None
-        if not self.buffer.is_empty():
-            buf_x, buf_y = self.replay_batch(cfg.replay_batch, "labels")          # b2
-            if self.ckd:
-                b1 = self.replay_batch(cfg.replay_batch, "logits")            # b1
-        inputs = x if buf_x is None else torch.cat([x, buf_x])
-        labels = y if buf_y is None else torch.cat([y, buf_y])
+        buf_x, buf_y, b1, inputs, labels = replay_batches(self, x, y)
         x_view = None
         if self.pt or self.scl:
             # one random transformation per sample of stream + b2, shared by the pretext task and SCL's view

@@ -8,20 +8,25 @@ import torch
 import torch.nn.functional as F
 
 from gcl.core.stacked import StackedReservoir, flat_seeds
+from gcl.data.augment import SeedwiseTransform
 from gcl.methods.base import Method, RunSettings, weights_changed
 
 
 class StackedMethod:
     """S seeds of one method: `net` a stacked network, `lone` each seed's own method as setup_seed built it (its
-    context, its generator above all, and any module of its own, such as CoCa's heads)."""
+    context, its generator above all, and any module of its own, such as CoCa's heads), `transform` the training
+    transform of all seeds' batches at once (S, B, ...), each seed's augmentation its own (SeedwiseTransform;
+    None: the seeds' transform draws nothing at random)."""
 
     name: ClassVar[str]
     uses_buffer: ClassVar[bool] = False
 
-    def __init__(self, net: torch.nn.Module, cfg: RunSettings, lone: list[Method]):
+    def __init__(self, net: torch.nn.Module, cfg: RunSettings, lone: list[Method],
+                 transform: SeedwiseTransform | None = None):
         self.net, self.cfg, self.ctx = net, cfg, lone[0].ctx     # device, classes and transforms are the seeds' alike
         self.seeds = len(lone)
         self.generators = [m.ctx.generator for m in lone]
+        self.transform = transform or SeedwiseTransform(self.ctx.train_transform, [])
         self.params = [p for p in net.parameters() if p.requires_grad]
         self.buffer = StackedReservoir(cfg.buffer, self.ctx.device, self.generators) if self.uses_buffer else None
 
@@ -32,11 +37,6 @@ class StackedMethod:
     def cross_entropy(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Each seed's mean cross-entropy (S,): logits (S, B, classes), labels (S, B)."""
         return F.cross_entropy(flat_seeds(logits), flat_seeds(y), reduction="none").view(y.shape).mean(1)
-
-    @classmethod
-    def refuses(cls, cfg: RunSettings) -> str | None:
-        """Why a run with these settings does not stack although its method does (None: it stacks)."""
-        return None
 
     def unstack(self, s: int, lone: Method) -> None:
         """Copy seed `s`'s state that lives outside the network (none, but for CoCa's heads) into its lone method."""
@@ -61,5 +61,4 @@ class StackedMethod:
     def replay_batch(self, size: int, *names: str) -> tuple[torch.Tensor, ...]:
         """Each seed's random buffer batch of the given fields (S, k, ...), the examples freshly augmented."""
         out = self.buffer.sample(size, "examples", *names)
-        examples = self.ctx.train_transform(flat_seeds(out[0]))
-        return (examples.view(*out[0].shape[:2], *examples.shape[1:]), *out[1:])
+        return (self.transform(out[0]), *out[1:])

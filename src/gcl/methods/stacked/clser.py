@@ -1,25 +1,26 @@
-"""Stacked CLS-ER (gcl.methods.clser) on the MLP."""
+"""Stacked CLS-ER (gcl.methods.clser)."""
 from __future__ import annotations
 
 import torch
 
-from gcl.core.stacked import StackedMLP, flat_seeds
+from gcl.core.stacked import flat_seeds
+from gcl.core.stacked_resnet import stack_networks
 from gcl.methods.base import weights_changed
 from gcl.methods.clser import memory_decay, memory_draws, memory_targets
 from gcl.methods.stacked.base import StackedMethod
 
 
 class StackedCLSER(StackedMethod):
-    """CLS-ER (gcl.methods.clser) on the MLP: each seed's plastic and stable memories (stacked), its two update
+    """CLS-ER (gcl.methods.clser): each seed's plastic and stable memories (stacked), its two update
     draws a step from its own generator, each memory moved only in the seeds whose draw says so."""
 
     name = "clser"
     uses_buffer = True
 
-    def __init__(self, net, cfg, lone):
-        super().__init__(net, cfg, lone)
-        self.plastic = StackedMLP([m.plastic for m in lone]).requires_grad_(False)
-        self.stable = StackedMLP([m.stable for m in lone]).requires_grad_(False)
+    def __init__(self, net, cfg, lone, transform=None):
+        super().__init__(net, cfg, lone, transform)
+        self.plastic = stack_networks([m.plastic for m in lone]).requires_grad_(False)
+        self.stable = stack_networks([m.stable for m in lone]).requires_grad_(False)
         self.global_step = lone[0].global_step
         self._net_params = list(net.parameters())
 
@@ -49,7 +50,7 @@ class StackedCLSER(StackedMethod):
         return loss
 
     @torch.no_grad()
-    def _update(self, memory: StackedMLP, alpha: float, chosen: torch.Tensor) -> None:
+    def _update(self, memory: torch.nn.Module, alpha: float, chosen: torch.Tensor) -> None:
         """memory <- a memory + (1 - a) net in the chosen seeds (CLSER.update_memory), the others left as they are."""
         if not bool(chosen.any()):
             return

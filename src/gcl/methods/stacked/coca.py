@@ -1,44 +1,55 @@
-"""Stacked CoCa (gcl.methods.coca.method.CoCa) on the MLP."""
+"""Stacked CoCa (gcl.methods.coca.method.CoCa)."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
 from gcl.core.stacked import flat_seeds, stack_sequential, unstack_sequential
-from gcl.methods.coca.method import collaborative_target, supcon_loss
+from gcl.methods.coca.method import collaborative_target, replay_batches, supcon_loss
 from gcl.methods.coca.pretext import apply_pretext, pretext_labels
 from gcl.methods.stacked.base import StackedMethod
 
 
 class StackedCoCa(StackedMethod):
-    """CoCa (gcl.methods.coca.method.CoCa) on the MLP, every switch and setting of Table 3: each seed's heads are
-    its lone method's (stacked), its buffer batches b2 and b1 and its transformations are drawn from its own
-    generator in the lone order (b2, b1, transformations), and its loss is the lone loss of its batches."""
+    """CoCa (gcl.methods.coca.method.CoCa), every switch and setting of Table 3: each seed's heads are its lone
+    method's (stacked, BatchNorm included), its buffer batches b2 and b1 and its transformations are drawn from its
+    own generator in the lone order (b2, b1, transformations), and its loss is the lone loss of its batches; with
+    BatchNorm in the backbone one forward per role, as alone."""
 
     name = "coca"
     uses_buffer = True
 
-    def __init__(self, net, cfg, lone):
-        super().__init__(net, cfg, lone)
-        if self.refuses(cfg):
-            raise ValueError(self.refuses(cfg))
+    def __init__(self, net, cfg, lone, transform=None):
+        super().__init__(net, cfg, lone, transform)
         self.ckd, self.pt, self.scl = cfg.ckd, cfg.pt, cfg.scl
+        self._per_role_forward, self._heads_batchnorm = lone[0]._per_role_forward, lone[0]._heads_batchnorm
         self.heads = torch.nn.ModuleDict({name: stack_sequential([m.heads[name] for m in lone])
                                           for name in lone[0].heads})
         self.params += list(self.heads.parameters())
-
-    @classmethod
-    def refuses(cls, cfg):
-        if cfg.head_norm == "batchnorm":     # on the MLP "auto" means none
-            return "CoCa's heads with BatchNorm (head_norm: batchnorm) would normalise the seeds' batches together"
-        return None
 
     def unstack(self, s, lone):
         for name, head in self.heads.items():
             unstack_sequential(head, s, lone.heads[name])
 
+    def _features(self, roles: list[torch.Tensor]) -> list[torch.Tensor]:
+        """CoCa._features with the seed dimension in front: one forward per role with BatchNorm, else one."""
+        if self._per_role_forward:
+            return [self.net.features(r) for r in roles]
+        return list(self.net.features(torch.cat(roles, 1)).split([r.shape[1] for r in roles], 1))
+
+    def _head(self, name: str, feats: torch.Tensor) -> torch.Tensor:
+        """CoCa._head: a single sample a seed passes with the head's BatchNorm in eval mode."""
+        head = self.heads[name]
+        if feats.shape[1] > 1 or not self._heads_batchnorm:
+            return head(feats)
+        head.eval()
+        try:
+            return head(feats)
+        finally:
+            head.train()
+
     def _embed(self, feats: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.heads["projector"](feats), dim=-1)
+        return F.normalize(self._head("projector", feats), dim=-1)
 
     def _pretext(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Each seed's random transformation of each of its samples, drawn from its own generator (random_pretext's
@@ -49,19 +60,12 @@ class StackedCoCa(StackedMethod):
 
     def observe(self, x, y, x_raw):
         cfg = self.cfg
-        buf_x = buf_y = b1 = None
-        if not self.buffer.is_empty():
-            buf_x, buf_y = self.replay_batch(cfg.replay_batch, "labels")          # b2
-            if self.ckd:
-                b1 = self.replay_batch(cfg.replay_batch, "logits")            # b1
-        inputs = x if buf_x is None else torch.cat([x, buf_x], 1)
-        labels = y if buf_y is None else torch.cat([y, buf_y], 1)
+        buf_x, buf_y, b1, inputs, labels = replay_batches(self, x, y, dim=1)
         x_view = None
         if self.pt or self.scl:
             x_view, pt_labels = self._pretext(inputs)
         roles = [x] + [r for r in (buf_x, None if b1 is None else b1[0], x_view) if r is not None]
-        # the MLP has no BatchNorm: one forward of the roles side by side, as the lone method takes it
-        f_x, *rest = self.net.features(torch.cat(roles, 1)).split([r.shape[1] for r in roles], 1)
+        f_x, *rest = self._features(roles)
         logits = self.net.classifier(f_x)
         loss = self.cross_entropy(logits, y)
         feats = f_x
@@ -80,7 +84,7 @@ class StackedCoCa(StackedMethod):
             f_view = rest.pop(0)
             css = 0.0
             if self.pt:
-                css = css + self.cross_entropy(self.heads["pretext"](f_view), pt_labels)
+                css = css + self.cross_entropy(self._head("pretext", f_view), pt_labels)
             if self.scl:
                 z = self._embed(torch.cat([feats, f_view], 1))
                 css = css + supcon_loss(z, torch.cat([labels, labels], 1), cfg.tau)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from gcl.core.stacked import flat_seeds
 from gcl.data.transforms import to_unit_float
 from gcl.methods.agem import project
 from gcl.methods.stacked.base import StackedMethod
@@ -37,8 +36,8 @@ class StackedDER(StackedMethod):
     name = "der"
     uses_buffer = True
 
-    def __init__(self, net, cfg, lone):
-        super().__init__(net, cfg, lone)
+    def __init__(self, net, cfg, lone, transform=None):
+        super().__init__(net, cfg, lone, transform)
         self.beta = getattr(cfg, "beta", 0.0)      # plain DER has no label term
 
     def observe(self, x, y, x_raw):
@@ -67,8 +66,8 @@ class StackedERACE(StackedMethod):
     name = "er-ace"
     uses_buffer = True
 
-    def __init__(self, net, cfg, lone):
-        super().__init__(net, cfg, lone)
+    def __init__(self, net, cfg, lone, transform=None):
+        super().__init__(net, cfg, lone, transform)
         self.seen = torch.zeros(self.seeds, self.ctx.n_classes, dtype=torch.bool, device=self.ctx.device)
 
     def asymmetric_logits(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -99,8 +98,8 @@ class StackedJoint(StackedMethod):
 
     name = "joint"
 
-    def __init__(self, net, cfg, lone):
-        super().__init__(net, cfg, lone)
+    def __init__(self, net, cfg, lone, transform=None):
+        super().__init__(net, cfg, lone, transform)
         self.seen_x: list[torch.Tensor] = []
         self.seen_y: list[torch.Tensor] = []
 
@@ -117,8 +116,7 @@ class StackedJoint(StackedMethod):
             perms = torch.stack([torch.randperm(count, generator=g) for g in self.generators]).to(xs.device)
             for lo in range(0, count, batch):
                 idx = perms[:, lo:lo + batch]
-                x = self.ctx.train_transform(flat_seeds(xs[rows, idx]))
-                self.sgd_step(self.cross_entropy(self.net(x.view(*idx.shape, *x.shape[1:])), ys[rows, idx]))
+                self.sgd_step(self.cross_entropy(self.net(self.transform(xs[rows, idx])), ys[rows, idx]))
 
 
 class StackedAGEM(StackedMethod):
