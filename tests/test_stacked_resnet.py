@@ -15,7 +15,7 @@ from gcl.training.stacked_train import train_stacked, unstackable
 from gcl.training.train import run_seed, setup_seed
 from helpers import run_settings, sequential_settings, synthetic_source
 from test_stacked import close
-from test_stacked_train import _Quiet, final_state, relative_close
+from test_stacked_train import _Quiet, final_state, float64, relative_close  # noqa: F401 (a fixture)
 
 CPU = torch.device("cpu")
 SEEDS = [0, 1, 2]
@@ -43,14 +43,6 @@ def tiny_cifar_like(float64):
     bench = sequential.build_benchmark(synthetic_source(per_class=6, test_per_class=2), settings.data())
     bench["config"] = settings.data().model_dump(mode="json")
     return bench, settings.training()
-
-
-@pytest.fixture
-def float64():
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(before)
 
 
 def lone_resnets(seeds: int = 3) -> list[ResNet18]:
