@@ -181,6 +181,19 @@ def mlp_head(style: str, feat_dim: int, out_dim: int, batchnorm: bool = True) ->
     return nn.Sequential(*hidden, nn.Linear(feat_dim, out_dim))
 
 
+def head_output(head: nn.Module, feats: torch.Tensor, batchnorm: bool, batch_dim: int = 0) -> torch.Tensor:
+    """A head's output; a single sample (a batch of one along `batch_dim`: 1 where a seed dimension comes first)
+    passes with the head's BatchNorm in eval mode, since batch statistics of one sample are undefined (see the
+    module docstring)."""
+    if feats.shape[batch_dim] > 1 or not head.training or not batchnorm:
+        return head(feats)
+    head.eval()
+    try:
+        return head(feats)
+    finally:
+        head.train()
+
+
 def projection_dim(style: str) -> int:
     return 32 if style == "mlp" else 64
 
@@ -242,15 +255,7 @@ class CoCa(Method):
         return list(self.net.features(torch.cat(roles)).split([x.shape[0] for x in roles]))
 
     def _head(self, name: str, feats: torch.Tensor) -> torch.Tensor:
-        """A head's output; a single sample passes with the head's BatchNorm in eval mode (see docstring)."""
-        head = self.heads[name]
-        if feats.shape[0] > 1 or not head.training or not self._heads_batchnorm:
-            return head(feats)
-        head.eval()
-        try:
-            return head(feats)
-        finally:
-            head.train()
+        return head_output(self.heads[name], feats, self._heads_batchnorm)
 
     def _embed(self, feats: torch.Tensor) -> torch.Tensor:
         return F.normalize(self._head("projector", feats), dim=1)

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from gcl.core.stacked import flat_seeds, stack_sequential, unstack_sequential
-from gcl.methods.coca.method import collaborative_target, replay_batches, supcon_loss
+from gcl.methods.coca.method import collaborative_target, head_output, replay_batches, supcon_loss
 from gcl.methods.coca.pretext import apply_pretext, pretext_labels
 from gcl.methods.stacked.base import StackedMethod
 
@@ -38,15 +38,7 @@ class StackedCoCa(StackedMethod):
         return list(self.net.features(torch.cat(roles, 1)).split([r.shape[1] for r in roles], 1))
 
     def _head(self, name: str, feats: torch.Tensor) -> torch.Tensor:
-        """CoCa._head: a single sample a seed passes with the head's BatchNorm in eval mode."""
-        head = self.heads[name]
-        if feats.shape[1] > 1 or not self._heads_batchnorm:
-            return head(feats)
-        head.eval()
-        try:
-            return head(feats)
-        finally:
-            head.train()
+        return head_output(self.heads[name], feats, self._heads_batchnorm, batch_dim=1)
 
     def _embed(self, feats: torch.Tensor) -> torch.Tensor:
         return F.normalize(self._head("projector", feats), dim=-1)
