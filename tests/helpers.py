@@ -50,7 +50,7 @@ def run_settings(algorithm: str, buffer: int | str = "none", **settings):
 def small_er_run(seeds: list[int], stack: bool | str = False):
     """A resolved ER run (key "er-50") on a small synthetic MNIST-360, its benchmark file written under the current
     folder where the run reads it: what the tests of whole runs (resume, faults, parallel seeds) train. Its seeds
-    train alone unless `stack` says otherwise (the lone path is the one with checkpoints inside a seed)."""
+    train alone unless `stack` says otherwise."""
     from gcl.config import resolve_run
     from gcl.core.atomic import save_tensors
     from gcl.data import mnist360

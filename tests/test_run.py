@@ -240,3 +240,33 @@ def test_an_interrupted_stacked_run_resumes_with_its_finished_group(stacked_proj
         assert resumed["seeds"][seed]["acc_matrix"] == whole["seeds"][seed]["acc_matrix"]
     lone = json.loads(train_run(small_er_run([0, 1, 2], stack=False)).read_text())
     assert "stacked" not in lone["seeds"]["0"]["environment"]
+
+
+def test_a_stacked_group_stopped_mid_stream_resumes_from_its_checkpoint(stacked_project, monkeypatch):
+    """A stacked group (one process, seeds 0-2) stopped at its step 70 resumes from its group checkpoint, not from
+    the beginning, to the numbers of a run that never stopped; the checkpoint goes once the run is done."""
+    from gcl.methods.stacked import StackedER
+    whole = json.loads(train_run(stacked_project).read_text())
+    original, calls = StackedER.observe, [0]
+
+    def observe(self, *args):
+        calls[0] += 1
+        if calls[0] == 71:
+            raise KeyboardInterrupt
+        return original(self, *args)
+
+    monkeypatch.setattr(StackedER, "observe", observe)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(stacked_project, checkpoint_minutes=1e-9)      # a checkpoint after every step
+    assert (PROGRESS_DIR / "er-50" / "group-0-1-2.ckpt").exists()
+    monkeypatch.setattr(StackedER, "observe", original)
+    out = train_run(stacked_project, checkpoint_minutes=1e-9)
+    resumed = json.loads(out.read_text())
+    for seed in ("0", "1", "2"):
+        a, b = whole["seeds"][seed], resumed["seeds"][seed]
+        assert a["acc_matrix"] == b["acc_matrix"] and a["loss_curve"] == b["loss_curve"]
+        assert a["confusion"] == b["confusion"] and b["environment"]["stacked"] == 3
+    steps = whole["seeds"]["0"]["steps"]
+    log = (out.parent / "train.log").read_text()
+    assert f"seeds [0, 1, 2] resumed from .gcl-progress/er-50/group-0-1-2.ckpt at step 70 of {steps}" in log
+    assert not (PROGRESS_DIR / "er-50").exists()

@@ -43,7 +43,27 @@ def reservoir_pairs(seen: int, batch: int, capacity: int, generator: torch.Gener
     return sorted((i, slot) for slot, i in winner.items())
 
 
-class ReservoirBuffer:
+class ReservoirState:
+    """What a reservoir carries across steps (its slots' count, samples seen, fields), saved and restored for a
+    checkpoint; shared by the lone buffer and the stacked one (gcl.core.stacked.StackedReservoir)."""
+
+    capacity: int
+    seen: int
+    device: torch.device
+    fields: dict[str, torch.Tensor]
+
+    def state_dict(self) -> dict:
+        return {"capacity": self.capacity, "seen": self.seen,
+                "fields": {k: v.detach().clone() for k, v in self.fields.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["capacity"] != self.capacity:
+            raise ValueError(f"a saved buffer of {state['capacity']} slots does not fit this one of {self.capacity}")
+        self.seen = state["seen"]
+        self.fields = {k: v.to(self.device) for k, v in state["fields"].items()}
+
+
+class ReservoirBuffer(ReservoirState):
     """Named fields (examples, labels, logits, ...) of `capacity` rows each, allocated on first insertion."""
 
     def __init__(self, capacity: int, device: torch.device | str, generator: torch.Generator):
@@ -88,13 +108,3 @@ class ReservoirBuffer:
 
     def get(self, *names: str) -> tuple[torch.Tensor, ...]:
         return tuple(self.fields[n][: len(self)] for n in names)
-
-    def state_dict(self) -> dict:
-        return {"capacity": self.capacity, "seen": self.seen,
-                "fields": {k: v.detach().clone() for k, v in self.fields.items()}}
-
-    def load_state_dict(self, state: dict) -> None:
-        if state["capacity"] != self.capacity:
-            raise ValueError(f"a saved buffer of {state['capacity']} slots does not fit this one of {self.capacity}")
-        self.seen = state["seen"]
-        self.fields = {k: v.to(self.device) for k, v in state["fields"].items()}

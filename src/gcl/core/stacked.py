@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gcl.core.backbones import MLP
-from gcl.core.buffer import reservoir_pairs, to_device
+from gcl.core.buffer import ReservoirState, reservoir_pairs, to_device
 
 
 class _BatchedLinear(torch.autograd.Function):
@@ -155,11 +155,12 @@ class StackedMLP(nn.Module):
         return net
 
 
-class StackedReservoir:
+class StackedReservoir(ReservoirState):
     """S reservoir buffers (gcl.core.buffer.ReservoirBuffer) of one capacity, filled and sampled together: fields
     (S, capacity, ...). Every seed sees batches of one size (a run's seeds share their stream's batch sizes), so
     every seed has seen as many samples; which slots a batch takes and which slots a replay draws are each seed's
-    own decisions, from its own generator, drawn as its lone buffer draws them."""
+    own decisions, from its own generator, drawn as its lone buffer draws them. Its state_dict holds every seed's
+    buffer (a stacked group's checkpoint)."""
 
     def __init__(self, capacity: int, device: torch.device | str, generators: list[torch.Generator]):
         if capacity <= 0:

@@ -75,7 +75,44 @@ def weights_changed() -> None:
     torch.clear_autocast_cache()
 
 
-class Method:
+class CarriesState:
+    """What a method carries across steps, saved and restored for checkpoints inside a seed (a lone Method) or a
+    stacked group (gcl.methods.stacked.StackedMethod): the network, the buffer (None: none) and the attributes
+    named in `state_attrs`."""
+
+    name: ClassVar[str]
+    state_attrs: ClassVar[tuple[str, ...]] = ()
+    net: nn.Module
+    buffer: Any
+    ctx: MethodContext
+
+    def state_dict(self) -> dict:
+        """Everything this method carries across steps, as tensors and plain values (copies)."""
+        state = {"net": copy.deepcopy(self.net.state_dict())}
+        if self.buffer is not None:
+            state["buffer"] = self.buffer.state_dict()
+        for name in self.state_attrs:
+            state[name] = _pack(getattr(self, name))
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict` returned (on a method built with the same settings)."""
+        expected = {"net", *self.state_attrs} | ({"buffer"} if self.buffer is not None else set())
+        if set(state) != expected:
+            raise ValueError(f"{self.name}: a saved state with {sorted(state)} does not fit this method, "
+                             f"which saves {sorted(expected)}")
+        self.net.load_state_dict(state["net"])
+        if self.buffer is not None:
+            self.buffer.load_state_dict(state["buffer"])
+        for name in self.state_attrs:
+            current = getattr(self, name)
+            if isinstance(current, nn.Module):
+                current.load_state_dict(state[name])
+            else:
+                setattr(self, name, _unpack(state[name], self.ctx.device))
+
+
+class Method(CarriesState):
     """Base class: `observe` takes one stream batch and makes one update.
 
     General-continual methods see only `observe`; the loop calls `begin_task`/`end_task` only on
@@ -100,7 +137,6 @@ class Method:
     capturable: ClassVar[bool] = False
     Settings: ClassVar[type[MethodSettings]] = MethodSettings
     Run: ClassVar[type[RunSettings]]     # RunSettings + Settings, the buffer typed by uses_buffer (@register)
-    state_attrs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, net: nn.Module, cfg: RunSettings, ctx: MethodContext):
         self.net = net
@@ -160,32 +196,6 @@ class Method:
     def end_task(self, task: TaskData) -> None:
         """Called after the last batch of each task (boundary-aware methods on benchmarks with tasks)."""
 
-    # -------------------------------------------------------------- checkpoints
-
-    def state_dict(self) -> dict:
-        """Everything this method carries across steps, as tensors and plain values (copies)."""
-        state = {"net": copy.deepcopy(self.net.state_dict())}
-        if self.buffer is not None:
-            state["buffer"] = self.buffer.state_dict()
-        for name in self.state_attrs:
-            state[name] = _pack(getattr(self, name))
-        return state
-
-    def load_state_dict(self, state: dict) -> None:
-        """Restore what `state_dict` returned (on a method built with the same settings)."""
-        expected = {"net", *self.state_attrs} | ({"buffer"} if self.buffer is not None else set())
-        if set(state) != expected:
-            raise ValueError(f"{self.name}: a saved state with {sorted(state)} does not fit this method, "
-                             f"which saves {sorted(expected)}")
-        self.net.load_state_dict(state["net"])
-        if self.buffer is not None:
-            self.buffer.load_state_dict(state["buffer"])
-        for name in self.state_attrs:
-            current = getattr(self, name)
-            if isinstance(current, nn.Module):
-                current.load_state_dict(state[name])
-            else:
-                setattr(self, name, _unpack(state[name], self.ctx.device))
 
 
 def _pack(value):

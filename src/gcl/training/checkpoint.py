@@ -48,11 +48,13 @@ def restore_rng_states(states: dict, generator: torch.Generator, device: torch.d
 
 @dataclass
 class Checkpoint:
-    """One seed's checkpoint file. Picklable, so that a worker process can be handed it."""
+    """One seed's checkpoint file (`owner` "group": a stacked group's). Picklable, so that a worker process can be
+    handed it."""
 
     path: Path
     fingerprint: str
     every_seconds: float
+    owner: str = "seed"
     # when the last one was written (or the seed began); the monotonic clock is the machine's, so a worker
     # process handed this object compares against it correctly
     last: float = field(default_factory=time.monotonic, repr=False, compare=False)
@@ -67,13 +69,14 @@ class Checkpoint:
     def load(self, say) -> dict | None:
         """The saved state, or None when there is none; a checkpoint of other settings, data or code (or one
         that cannot be read) is refused with a line through `say` and deleted."""
-        return load_fingerprinted(self.path, self.fingerprint, say, "checkpoint", "the seed starts from the beginning")
+        return load_fingerprinted(self.path, self.fingerprint, say, "checkpoint",
+                                  f"the {self.owner} starts from the beginning", self.owner)
 
     def discard(self) -> None:
         self.path.unlink(missing_ok=True)
 
 
-def load_fingerprinted(path: Path, fingerprint: str, say, what: str, then: str) -> dict | None:
+def load_fingerprinted(path: Path, fingerprint: str, say, what: str, then: str, owner: str = "seed") -> dict | None:
     """A file of tensors saved with `fingerprint` (`what`: a checkpoint, a seed's features file), or None when
     there is none. One that cannot be read, or that carries another fingerprint, is refused with a line through
     `say` (ending with `then`, what happens instead) and deleted: never half-trust it."""
@@ -89,7 +92,7 @@ def load_fingerprinted(path: Path, fingerprint: str, say, what: str, then: str) 
         if state.get("fingerprint") == fingerprint:
             return state
         reason = (f"it was written for other settings, data or code (fingerprint {state.get('fingerprint')}, "
-                  f"this seed's is {fingerprint})")
+                  f"this {owner}'s is {fingerprint})")
     say(f"{what} {path} refused: {reason}; it is deleted and {then}")
     path.unlink(missing_ok=True)
     return None

@@ -2,7 +2,8 @@
 
 Each finished seed is saved under .gcl-progress/ (gcl.core.progress_files) with a fingerprint of its settings,
 of the benchmark file and of the code train stages run (gcl.core.layout.TRAIN_CODE), and each unfinished one keeps
-a checkpoint there (gcl.training.checkpoint), so a run that was interrupted goes on where it stopped; the folder is
+a checkpoint there (gcl.training.checkpoint; seeds trained stacked, one for their group), so a run that was
+interrupted goes on where it stopped; the folder is
 removed once the run's metrics.json is written. Progress lines go to stdout and to the run's train.log.
 """
 from __future__ import annotations
@@ -82,13 +83,14 @@ def _train_seed(spec: ResolvedRun, bench_path: str, digest: str, seed: int, devi
 
 
 def _train_group(spec: ResolvedRun, bench_path: str, digest: str, seeds: list[int], device: str,
-                 feature_samples: dict[int, int], threads: int, progress: Progress) -> dict[int, SeedResult]:
+                 feature_samples: dict[int, int], threads: int, progress: Progress,
+                 checkpoint: Checkpoint) -> dict[int, SeedResult]:
     """Seeds trained stacked (gcl.training.stacked_train), in a worker process or in this one; `feature_samples`
-    per seed. A divergence names the run and its seeds."""
+    per seed, `checkpoint` the group's. A divergence names the run and its seeds."""
     device, bench = _worker_setup(spec, bench_path, digest, device, threads)
     progress.say(f"seeds {seeds} train stacked, as one network")
     try:
-        return train_stacked(bench, spec.benchmark, spec.run, seeds, device, feature_samples, progress)
+        return train_stacked(bench, spec.benchmark, spec.run, seeds, device, feature_samples, progress, checkpoint)
     except DivergenceError as exc:
         raise DivergenceError(f"run {spec.key}: {exc}") from None
 
@@ -212,14 +214,16 @@ def _train_run(spec: ResolvedRun, workers: int | str, threads: int, checkpoint_m
         executor = InProcess()
     with executor as pool:
         if stacked:         # one stacked group per worker (stacked_groups); a group's seeds finish together
-            groups = groups_of(list(zip(todo, devices)), workers)
-            jobs = [(group, pool.submit(_train_group, spec, bench_path, data_digest, [t[0] for t, _ in group],
-                                        str(group[0][1]), {t[0]: t[2] for t, _ in group}, threads, log))
-                    for group in groups if group]
-            for group, job in jobs:
+            groups = [g for g in groups_of(list(zip(todo, devices)), workers) if g]
+            group_checkpoints = [group_checkpoint(progress, [t for t, _ in g], checkpoint_minutes) for g in groups]
+            jobs = [(group, ckpt, pool.submit(_train_group, spec, bench_path, data_digest, [t[0] for t, _ in group],
+                                              str(group[0][1]), {t[0]: t[2] for t, _ in group}, threads, log, ckpt))
+                    for group, ckpt in zip(groups, group_checkpoints)]
+            for group, group_ckpt, job in jobs:
                 results = job.result()
                 for (seed, done, _, ckpt), _ in group:
                     finished(seed, done, results[seed], ckpt)
+                group_ckpt.discard()
         else:
             jobs = [(seed, done, ckpt, pool.submit(_train_seed, spec, bench_path, data_digest, seed, str(dev),
                                                    compiled, n, threads, log.for_seed(seed), ckpt))
@@ -241,6 +245,14 @@ def _train_run(spec: ResolvedRun, workers: int | str, threads: int, checkpoint_m
     # the cell is complete: a later forced run must train again, not reuse these seeds
     shutil.rmtree(progress, ignore_errors=True)
     return out
+
+
+def group_checkpoint(progress: Path, todo: list[tuple], checkpoint_minutes: float) -> Checkpoint:
+    """The checkpoint of a stacked group of `todo`'s seeds (as _train_run lists them): named by its seeds, its
+    fingerprint theirs together, so that only the same seeds, with the same settings, data and code, resume it."""
+    seeds = [t[0] for t in todo]
+    return Checkpoint(progress / f"group-{'-'.join(map(str, seeds))}.ckpt",
+                      fingerprint(*[ckpt.fingerprint for *_, ckpt in todo]), 60.0 * checkpoint_minutes, "group")
 
 
 def _earlier_result(done: Path, say) -> SeedResult | None:

@@ -26,7 +26,8 @@ from gcl.core.stacked_resnet import stack_networks
 from gcl.data.augment import SeedwiseTransform
 from gcl.data.benchmarks import BenchmarkData, TrainingSettings
 from gcl.methods.base import RunSettings
-from gcl.methods.stacked import STACKED
+from gcl.methods.stacked import STACKED, StackedMethod
+from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
 from gcl.training.evaluate import summarise
 from gcl.training.progress import Progress, StreamProgress
 from gcl.training.train import DivergenceError, Timer, last_accuracy, seed_result, setup_seed
@@ -56,10 +57,12 @@ def stacks(training: TrainingSettings, run: RunSettings, seeds: int) -> bool:
 
 def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSettings, seeds: list[int],
                   device: torch.device, feature_samples: dict[int, int] | None = None,
-                  progress: Progress | None = None) -> dict[int, SeedResult]:
+                  progress: Progress | None = None, checkpoint: Checkpoint | None = None) -> dict[int, SeedResult]:
     """Train `seeds` of `run` as one stacked network; each seed's result, as run_seed would give it alone
     (`feature_samples`: per seed, the evaluation images whose final features its result keeps). Each seed's
-    progress lines are a lone seed's: at each task end, at the end, and at least every minute."""
+    progress lines are a lone seed's: at each task end, at the end, and at least every minute. With `checkpoint`
+    (one for the group) the group resumes from its saved state, if one with the same fingerprint exists, and saves
+    it as a lone seed does: at task ends and at least every `checkpoint_minutes`."""
     why = unstackable(training, run)
     if why is not None:
         raise ValueError(f"{run.method}: cannot stack its seeds: {why}")
@@ -81,35 +84,46 @@ def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSett
     eval_after, task_ends = set(stream.eval_after), set(stream.task_ends)
     has_tasks = setups[0].loop.has_tasks
     progress = progress or Progress(run.method)
-    lines = [StreamProgress(progress.for_seed(seed), stream, has_tasks, setups[0].schedule.stream_epochs, 0)
+    group = _GroupState(method, setups, augment_generators, device)
+    saved = checkpoint.load(progress.say) if checkpoint else None
+    if saved is not None:
+        group.restore(saved)
+        progress.say(f"seeds {seeds} resumed from {checkpoint.path} at step {group.step} of {stream.steps}")
+    lines = [StreamProgress(progress.for_seed(seed), stream, has_tasks, setups[0].schedule.stream_epochs, group.step)
              for seed in seeds]
-    losses = [[] for _ in seeds]
-    loss_sum, loss_steps = torch.zeros(n, device=device), 0
+    losses = group.losses
     timer = Timer(device)          # the training steps only, as a lone seed's (evaluations left out)
     timer.start()
-    for step in range(stream.steps):
+    for step in range(group.step, stream.steps):
         idx = orders[:, stream.bounds[step]:stream.bounds[step + 1]]
         x_raw, y = pools[rows, idx], labels[rows, idx]
-        loss_sum += method.observe(transform(x_raw), y, x_raw)
-        loss_steps += 1
+        group.loss_sum += method.observe(transform(x_raw), y, x_raw)
+        group.loss_steps += 1
         if step in eval_after:
             timer.stop()
-            _check_finite(loss_sum, net, seeds, step, stream.steps)
+            _check_finite(group.loss_sum, net, seeds, step, stream.steps)
             for s, setup in enumerate(setups):
-                losses[s].append(float(loss_sum[s]) / loss_steps)
+                losses[s].append(float(group.loss_sum[s]) / group.loss_steps)
                 net.unstack(s, setup.net)
                 method.unstack(s, setup.method)      # what the lone method evaluates with (CLS-ER's memories)
                 setup.loop.evaluate_now()
-            loss_sum.zero_()
-            loss_steps = 0
+            group.loss_sum.zero_()
+            group.loss_steps = 0
             timer.start()
-        if step in task_ends or step == stream.steps - 1 or lines[0].due():
+        group.step = step + 1
+        task_ended = step in task_ends
+        if task_ended or step == stream.steps - 1 or lines[0].due():
             for line, setup in zip(lines, setups):
                 line.report(step, last_accuracy(setup.loop.rows, has_tasks))
+        if checkpoint is not None and group.step < stream.steps and \
+                checkpoint.due(task_ended and setups[0].schedule.checkpoint_at_task_ends):
+            timer.stop()
+            checkpoint.save(group.state(seconds=group.seconds + timer.total))
+            timer.start()
     method.finish()                # JOINT trains here, inside the timer as the lone loop times it
     timer.stop()
-    _check_finite(loss_sum, net, seeds, stream.steps - 1, stream.steps)
-    seconds = timer.total / n                                        # each seed's share of the stacked time
+    _check_finite(group.loss_sum, net, seeds, stream.steps - 1, stream.steps)
+    seconds = (group.seconds + timer.total) / n                      # each seed's share of the stacked time
     results = {}
     for s, (seed, setup) in enumerate(zip(seeds, setups)):
         net.unstack(s, setup.net)
@@ -120,6 +134,42 @@ def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSett
         results[seed] = seed_result(setup, scores, bench, training, device, (feature_samples or {}).get(seed, 0),
                                     stacked=n)
     return results
+
+
+class _GroupState:
+    """A stacked group's position and bookkeeping (the next step, each seed's loss curve and evaluation rows, the
+    loss sums since the last evaluation), which with the stacked method's state and every random state the group
+    draws from (each seed's run and augmentation generators, Python's, NumPy's and torch's) make its checkpoint."""
+
+    def __init__(self, method: StackedMethod, setups: list, augment_generators: list[torch.Generator],
+                 device: torch.device):
+        self.method, self.setups, self.augment_generators, self.device = method, setups, augment_generators, device
+        self.step, self.seconds = 0, 0.0         # the next step to run; training time of earlier attempts
+        self.losses: list[list[float]] = [[] for _ in setups]
+        self.loss_sum, self.loss_steps = torch.zeros(len(setups), device=device), 0
+
+    def state(self, seconds: float) -> dict:
+        """What the group's checkpoint holds; `seconds`: the training time of this and earlier attempts."""
+        generators = self.method.generators
+        return {"loop": {"step": self.step, "losses": self.losses, "rows": [s.loop.rows for s in self.setups],
+                         "loss_sum": self.loss_sum.cpu(), "loss_steps": self.loss_steps, "seconds": seconds},
+                "method": self.method.state_dict(),
+                "rng": {"global": rng_states(generators[0], self.device),
+                        "runs": [g.get_state() for g in generators],
+                        "augment": [g.get_state() for g in self.augment_generators]}}
+
+    def restore(self, saved: dict) -> None:
+        loop, rng = saved["loop"], saved["rng"]
+        if len(loop["rows"]) != len(self.setups):
+            raise ValueError(f"a checkpoint of {len(loop['rows'])} stacked seeds does not fit {len(self.setups)}")
+        self.step, self.seconds, self.losses = loop["step"], loop["seconds"], loop["losses"]
+        self.loss_sum, self.loss_steps = loop["loss_sum"].to(self.device), loop["loss_steps"]
+        for setup, rows in zip(self.setups, loop["rows"]):
+            setup.loop.rows = rows
+        self.method.load_state_dict(saved["method"])
+        restore_rng_states(rng["global"], self.method.generators[0], self.device)
+        for g, state in zip([*self.method.generators, *self.augment_generators], [*rng["runs"], *rng["augment"]]):
+            g.set_state(state)
 
 
 def _global_generator_now(device: torch.device) -> torch.Generator:

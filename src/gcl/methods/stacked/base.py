@@ -9,14 +9,15 @@ import torch.nn.functional as F
 
 from gcl.core.stacked import StackedReservoir, flat_seeds
 from gcl.data.augment import SeedwiseTransform
-from gcl.methods.base import Method, RunSettings, weights_changed
+from gcl.methods.base import CarriesState, Method, RunSettings, weights_changed
 
 
-class StackedMethod:
+class StackedMethod(CarriesState):
     """S seeds of one method: `net` a stacked network, `lone` each seed's own method as setup_seed built it (its
     context, its generator above all, and any module of its own, such as CoCa's heads), `transform` the training
     transform of all seeds' batches at once (S, B, ...), each seed's augmentation its own (SeedwiseTransform;
-    None: the seeds' transform draws nothing at random)."""
+    None: the seeds' transform draws nothing at random). Its state_dict (CarriesState: the stacked network, the
+    stacked buffer, `state_attrs`) is every seed's, for the group's checkpoint."""
 
     name: ClassVar[str]
     uses_buffer: ClassVar[bool] = False

@@ -16,6 +16,7 @@ class StackedCLSER(StackedMethod):
 
     name = "clser"
     uses_buffer = True
+    state_attrs = ("plastic", "stable", "global_step")
 
     def __init__(self, net, cfg, lone, transform=None):
         super().__init__(net, cfg, lone, transform)

@@ -18,6 +18,7 @@ class StackedCoCa(StackedMethod):
 
     name = "coca"
     uses_buffer = True
+    state_attrs = ("heads",)
 
     def __init__(self, net, cfg, lone, transform=None):
         super().__init__(net, cfg, lone, transform)

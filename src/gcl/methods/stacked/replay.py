@@ -65,6 +65,7 @@ class StackedERACE(StackedMethod):
 
     name = "er-ace"
     uses_buffer = True
+    state_attrs = ("seen",)
 
     def __init__(self, net, cfg, lone, transform=None):
         super().__init__(net, cfg, lone, transform)
@@ -97,6 +98,7 @@ class StackedJoint(StackedMethod):
     """JOINT (gcl.methods.joint): each seed keeps its stream, then trains on it in its own shuffled order."""
 
     name = "joint"
+    state_attrs = ("seen_x", "seen_y")   # each seed's stream kept so far
 
     def __init__(self, net, cfg, lone, transform=None):
         super().__init__(net, cfg, lone, transform)
