@@ -1,5 +1,6 @@
 """tools/dryrun.py: the dry profile keeps each run's stream structure while cutting its cost, and a CI-size dry run
 of the paper profile (one run per method on each kind of benchmark) trains and reports through `dvc repro`."""
+import json
 import os
 import sys
 from pathlib import Path
@@ -116,6 +117,15 @@ def test_the_dry_profile_keeps_each_runs_settings_and_cuts_the_rest(paper):
     assert cut < 0.2 * sum(sum(SOURCE_SHAPES[s.removeprefix("random-")].counts("train")) for s in dry["sources"])
 
 
+def test_the_dry_profile_keeps_as_many_seeds_as_asked(paper):
+    params, _ = paper
+    dry = dryrun.dry_profile(params, list(params["runs"]), dryrun.parse_args([str(PAPER), "--seeds", "3"]))
+    assert dry["seeds"] == params["seeds"][:3] and dry["workers"] == 1
+    assert all(run.get("seeds", dry["seeds"]) == (run.get("seeds") or params["seeds"])[:3] for run in dry["runs"].values())
+    with pytest.raises(SystemExit):
+        dryrun.parse_args([str(PAPER), "--seeds", "0"])
+
+
 def test_a_run_sees_the_same_stream_in_a_dry_run_of_a_few_runs(paper):
     """The cut depends on the whole profile, not on the selection: the iCaRL run that crashed on its short pooled
     step must meet the same stream alone as in the whole grid."""
@@ -175,3 +185,16 @@ def test_a_ci_size_dry_run_of_the_paper_profile_trains_and_reports(tmp_path, cap
     assert "not proven by this dry run" in out and "spawn on a GPU" in out and "random pixels" in out
     tables = (tmp_path / "dry" / "results" / "tables.md").read_text()
     assert "CoCa against the best of" in tables and "an interval needs at least 2 seeds on each side" in tables
+
+
+@pytest.mark.e2e
+def test_a_dry_run_of_two_seeds_trains_a_stackable_run_stacked(tmp_path, capsys):
+    """With --seeds 2 the seeds of a run that stacks (MNIST-360's ER, on the MLP) train as one stacked group,
+    as in the real run, and the closing lines no longer claim that stacked seeds went unproven."""
+    status = dryrun.main([str(PAPER), "--runs", "mnist-360-er-200", "--scale", "0.01", "--seeds", "2",
+                          "--workspace", str(tmp_path / "dry")])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "cut: 2 of 10 seeds" in out and "at most 2 seeds per run, stacked where the run stacks" in out
+    metrics = json.loads((tmp_path / "dry" / "runs" / "mnist-360" / "er" / "200" / "metrics.json").read_text())
+    assert [seed["environment"]["stacked"] for seed in metrics["seeds"].values()] == [2, 2]

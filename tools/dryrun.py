@@ -17,7 +17,9 @@ kept:  every source's classes and image shape; the benchmarks' tasks and class o
        run happens, in the same order, and every buffer fills before its stream ends;
 cut:   the pixels (random, gcl.data.random_sources; the source is not downloaded); images per class, to about
        --scale of the real count (default 0.1; --scale 1 keeps the real counts, the real step counts); epochs
-       (at most --epochs, default 2: enough for the second pass over a task); seeds (the profile's first); the
+       (at most --epochs, default 2: enough for the second pass over a task); seeds (the profile's first, or
+       its first --seeds: with 2 or more, the runs that stack train their seeds stacked and the report computes
+       its intervals); the
        image backbone's width (--width) and its input, average-pooled to --pooled-size pixels a side before the
        network (a ResNet-18 step on 32x32 images takes seconds on a CPU at full width and tens of milliseconds
        at width 1; 9 pixels keep 2 x 2 positions in its last stage, see POOLED_SIZE); the evaluation set
@@ -34,9 +36,10 @@ at buffer 5120 on seq-cifar10 exceeds the cut class, as 1,024 exceeds a real CIF
 size. `--runs ... --scale 1` runs chosen cells at their real counts.
 
 What it proves: the code paths of every run, its stages, checks and the report, run to the end on data of the
-real sizes. What it does not (NOT_PROVEN, printed at the end): accuracy (random pixels, narrowed networks), more
-than one seed or the seed-worker pool, compiled steps, the report's intervals, speed on a GPU (tools/gridcost.py),
-numerical trouble at full width (a learning rate that diverges on real data), or memory at full size.
+real sizes. What it does not (NOT_PROVEN, printed at the end): accuracy (random pixels, narrowed networks), the
+seed-worker pool (and, with one seed, stacked seeds and the report's intervals), compiled steps, speed on a GPU
+(tools/gridcost.py), numerical trouble at full width (a learning rate that diverges on real data), or memory at
+full size.
 
 One line per run (status, steps, seconds); the exit status is non-zero when any run failed, each named with its
 one-line error (its whole output is in .dryrun/<profile>/logs/<run>.log).
@@ -98,6 +101,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--scale", type=float, default=0.1, help="share of each class's training images kept, about "
                     "(default 0.1; 1: the real counts)")
     ap.add_argument("--epochs", type=int, default=2, help="passes over each task at most (default 2)")
+    ap.add_argument("--seeds", type=int, default=1, help="the profile's first seeds kept (default 1; 2 or more "
+                    "train stackable runs' seeds stacked, as the real run does, and give the report its intervals)")
     ap.add_argument("--bf16", action="store_true", help="train with bf16 autocast (CPU autocast is real)")
     ap.add_argument("--compile", choices=["auto", "true", "false"], default=None,
                     help="the benchmarks' compile setting (default: the profile's)")
@@ -112,7 +117,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--fresh", action="store_true", help="delete the workspace first (default: reuse it, so DVC "
                     "re-runs only what changed)")
     args = ap.parse_args(argv)
-    for name in ("scale", "epochs", "width", "pooled_size", "test_per_class", "sleep_steps", "jobs"):
+    for name in ("scale", "epochs", "seeds", "width", "pooled_size", "test_per_class", "sleep_steps", "jobs"):
         if getattr(args, name) <= 0:
             ap.error(f"--{name.replace('_', '-')} must be positive")
     if args.scale > 1:
@@ -175,7 +180,7 @@ def dry_profile(params: dict, keys: list[str], args: argparse.Namespace) -> dict
         if params["benchmarks"][run["benchmark"]]["backbone"] == "resnet18":
             run.update(NUMERICS.get(algorithm_of(params, run["method"]), {}))
         if "seeds" in run:
-            run["seeds"] = run["seeds"][:1]
+            run["seeds"] = run["seeds"][:args.seeds]
     # cut as for the whole profile, whatever the selection: a run sees the same stream in every dry run
     for source, counts in cut_counts(params, params["runs"], args.scale, args.epochs).items():
         if f"random-{shape_name(params, source)}" in sources:
@@ -185,7 +190,8 @@ def dry_profile(params: dict, keys: list[str], args: argparse.Namespace) -> dict
         if block.get("algorithm", name) == "cndpm":
             block.update({k: min(block.get(k, args.sleep_steps), args.sleep_steps) for k in CNDPM_SLEEP})
             block.update({k: min(block.get(k, v), v) for k, v in CNDPM_CUT.items()})
-    return {"seeds": params["seeds"][:1], "device": args.device, "workers": 1, "threads": 1, "mps": "off",
+    # one process a run: its seeds train one after the other, or as one stacked group where the run stacks
+    return {"seeds": params["seeds"][:args.seeds], "device": args.device, "workers": 1, "threads": 1, "mps": "off",
             "sources": sources, "benchmarks": benchmarks, "methods": methods, "runs": runs,
             "report": dry_report(params.get("report") or {}, runs, bench_names)}
 
@@ -409,10 +415,9 @@ def run_cuts(params: dict, dry: dict, key: str) -> str:
 
 NOT_PROVEN = """not proven by this dry run (docs/dryrun.md):
 - accuracy: random pixels, not the real readers (no download, no decoding); narrowed networks; the tables mean nothing;
-- one seed per run, trained in one process: the seed-worker pool (`workers`, spawn on a GPU) is not run here;
+- {seeds}, trained in one process: the seed-worker pool (`workers`, spawn on a GPU) is not run here;
 - {compiled};
-- the cuts each run's line names: fewer images, epochs and seeds; oEWC's penalty weight and CN-DPM's experts cut;
-- the report's comparisons with one seed a side: their differences, not their Welch intervals;
+- the cuts each run's line names: fewer images, epochs and seeds; oEWC's penalty weight and CN-DPM's experts cut;{intervals}
 - speed and memory at full size (tools/gridcost.py), numerical health at full width on real data."""
 
 
@@ -465,7 +470,11 @@ def dry_run(args: argparse.Namespace, params: dict, keys: list[str], dry: dict, 
         print(f"failed: {r['key']}: {r['error']}")
     compiled = ("eager on the CPU: compiled steps and CUDA graphs run only where a GPU compiles them (tools/gpucheck.sh)"
                 if args.device == "cpu" else f"on {args.device} at the benchmarks' compile setting")
-    print(NOT_PROVEN.format(compiled=compiled))
+    seeds = ("one seed per run (so no stacked seeds: --seeds 2 trains them)" if args.seeds == 1 else
+             f"at most {args.seeds} seeds per run, stacked where the run stacks")
+    intervals = ("\n- the report's comparisons with one seed a side: their differences, not their Welch intervals;"
+                 if args.seeds == 1 else "")
+    print(NOT_PROVEN.format(compiled=compiled, seeds=seeds, intervals=intervals))
     return 1 if failed else 0
 
 
