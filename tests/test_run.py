@@ -65,20 +65,28 @@ def test_seeds_finished_eager_are_not_reused_by_a_compiled_attempt(project, monk
     assert {seed["environment"]["compiled"] for seed in out["seeds"].values()} == {"reduce-overhead"}
 
 
+def interrupt_at_call(monkeypatch, cls, call: int):
+    """Make `cls.observe` raise KeyboardInterrupt at its `call`-th call (1-based, counted over every seed), as a kill
+    would stop the stage there; returns the original `observe`."""
+    original, calls = cls.observe, [0]
+
+    def observe(self, *args):
+        calls[0] += 1
+        if calls[0] == call:
+            raise KeyboardInterrupt
+        return original(self, *args)
+
+    monkeypatch.setattr(cls, "observe", observe)
+    return original
+
+
 def test_a_run_stopped_inside_a_seed_resumes_from_its_checkpoint(project, monkeypatch):
     """The stage is stopped in the middle of seed 1; run again, it reuses seed 0, resumes seed 1 from its last
     checkpoint, and ends with the numbers of a run that never stopped. The checkpoints go once the run is done."""
     from gcl.methods.er import ER
     whole = json.loads(train_run(project).read_text())
-    original, calls, steps = ER.observe, [0], whole["seeds"]["0"]["steps"]
-
-    def observe(self, *args):
-        calls[0] += 1
-        if calls[0] == steps + 71:      # seed 0 is done; seed 1 stops at its step 70 (0-based)
-            raise KeyboardInterrupt
-        return original(self, *args)
-
-    monkeypatch.setattr(ER, "observe", observe)
+    steps = whole["seeds"]["0"]["steps"]
+    original = interrupt_at_call(monkeypatch, ER, steps + 71)   # seed 0 is done; seed 1 stops at its step 70 (0-based)
     with pytest.raises(KeyboardInterrupt):
         train_run(project, checkpoint_minutes=1e-9)       # a checkpoint after every step
     assert (PROGRESS_DIR / "er-50" / "seed-1.ckpt").exists()
@@ -247,15 +255,7 @@ def test_a_stacked_group_stopped_mid_stream_resumes_from_its_checkpoint(stacked_
     the beginning, to the numbers of a run that never stopped; the checkpoint goes once the run is done."""
     from gcl.methods.stacked import StackedER
     whole = json.loads(train_run(stacked_project).read_text())
-    original, calls = StackedER.observe, [0]
-
-    def observe(self, *args):
-        calls[0] += 1
-        if calls[0] == 71:
-            raise KeyboardInterrupt
-        return original(self, *args)
-
-    monkeypatch.setattr(StackedER, "observe", observe)
+    original = interrupt_at_call(monkeypatch, StackedER, 71)
     with pytest.raises(KeyboardInterrupt):
         train_run(stacked_project, checkpoint_minutes=1e-9)      # a checkpoint after every step
     assert (PROGRESS_DIR / "er-50" / "group-0-1-2.ckpt").exists()
