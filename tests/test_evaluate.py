@@ -18,7 +18,7 @@ def _task_bench():
     # 2 tasks x 2 classes; 2 test samples per class
     y = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
     return {"test_x": y.view(-1, 1).to(torch.uint8), "test_y": y, "test_group": y // 2,
-            "group_names": ["t0", "t1"], "n_tasks": 2, "classes_per_task": 2}
+            "group_names": ["t0", "t1"], "n_tasks": 2, "classes_per_task": 2, "n_classes": 4}
 
 
 def test_class_il_and_task_il_per_task():
@@ -57,7 +57,7 @@ def test_confusion_counts_true_against_predicted():
     bench = _task_bench()
     ev = Evaluator(bench, lambda x: x, torch.device("cpu"))
     # predicts class (y + 1) % 4 for every sample
-    conf = ev.confusion(lambda x: torch.nn.functional.one_hot((x.view(-1).long() + 1) % 4, 4).float(), 4)
+    conf = ev.confusion(lambda x: torch.nn.functional.one_hot((x.view(-1).long() + 1) % 4, 4).float())
     assert conf == [[0, 2, 0, 0], [0, 0, 2, 0], [0, 0, 0, 2], [2, 0, 0, 0]]
 
 

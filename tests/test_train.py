@@ -186,3 +186,40 @@ def test_hal_looks_ahead_with_the_stepped_weights_under_bf16():
         hal.observe(to_unit_float(src["train_x"][:8]), src["train_y"][:8], src["train_x"][:8])
     tilde, now = outputs
     assert (tilde - now).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("method", ["er", "joint"])
+def test_the_final_confusion_matrix_is_the_final_models_and_costs_no_extra_pass(method, monkeypatch):
+    """The seed's confusion matrix comes from the last evaluation when nothing changes the model after it (ER),
+    from the evaluation after `finish` for JOINT (which trains there), and equals a separate pass over the final
+    model either way; only the evaluation passes run (no pass of its own)."""
+    from gcl.data import sequential
+    from gcl.training import train
+
+    settings = sequential_settings(epochs=1, augment=False)
+    bench = sequential.build_benchmark(synthetic_source(per_class=20), settings.data())
+    cfg = run_settings(method, lr=0.1, batch=10, **({"buffer": 20, "replay_batch": 10} if method == "er" else {}))
+    passes, original = [], train.Evaluator.__call__
+    monkeypatch.setattr(train.Evaluator, "__call__", lambda self, predict: (passes.append(1), original(self, predict))[1])
+    s = train.setup_seed(bench, settings.training(), cfg, 0, CPU)
+    scores = s.loop.run(train.StreamProgress(train.Progress(method), s.stream, True, 1, 0))
+    result = train.seed_result(s, scores, bench, settings.training(), CPU)
+    s.net.eval()
+    assert result.confusion == s.evaluate.confusion(s.method.predict)
+    assert sum(map(sum, result.confusion)) == len(bench["test_y"])
+    assert len(passes) == len(result.acc_matrix) == (1 if method == "joint" else 5)
+    assert result.eval_seconds > 0 and result.train_seconds > 0
+
+
+def test_a_stale_evaluation_never_gives_the_final_confusion_matrix():
+    """An evaluation that is not of the final model leaves no confusion matrix for the seed's result to take."""
+    from gcl.data import sequential
+    from gcl.training import train
+
+    settings = sequential_settings(epochs=1, augment=False)
+    bench = sequential.build_benchmark(synthetic_source(per_class=20), settings.data())
+    s = train.setup_seed(bench, settings.training(), run_settings("sgd", lr=0.1, batch=10), 0, CPU)
+    s.loop.evaluate_now(of_final_model=True)
+    assert s.loop.final_confusion is not None
+    s.loop.evaluate_now()
+    assert s.loop.final_confusion is None

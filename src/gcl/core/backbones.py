@@ -124,8 +124,9 @@ class ResNet18(Backbone):
     at widths 64/128/256/512 (`width` sets the first, the others follow as 2x, 4x, 8x), global average pooling,
     Linear(8 * width, classes). Any input size (32x32, 64x64).
 
-    `channels_last` stores the weights and feeds the activations in NHWC, which cuDNN's convolutions
-    (and bf16 autocast) run faster on recent GPUs; the numbers are the same either way.
+    `channels_last` stores the weights and feeds the activations in NHWC, which cuDNN's convolutions (and bf16
+    autocast) run faster on recent GPUs and oneDNN's on a CPU; the arithmetic is fp32 either way, but the
+    convolutions' gradients are summed in another order, so the numbers round otherwise.
     """
 
     head_style = "resnet"

@@ -24,6 +24,8 @@ class SeedResult:
     samples: int                                 # stream samples seen
     train_seconds: float                         # wall time of the training steps (not of evaluations)
     samples_per_second: float | None
+    # wall time of the evaluations (the rows, the final confusion matrix and features); None where not measured
+    eval_seconds: float | None = None
     confusion: list[list[int]] = field(default_factory=list)     # [true][predicted] counts, Class-IL
     method_metrics: dict = field(default_factory=dict)           # a method's own numbers (e.g. CN-DPM's experts)
     environment: dict = field(default_factory=dict)              # torch version, device, threads, precision

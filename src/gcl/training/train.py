@@ -19,7 +19,7 @@ from gcl.data.stream import Stream
 from gcl.methods import METHODS, MethodContext
 from gcl.methods.base import Method, RunSettings, TaskData
 from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
-from gcl.training.evaluate import Evaluator, summarise
+from gcl.training.evaluate import Evaluator, evaluation_batch, summarise
 from gcl.training.progress import Progress, StreamProgress
 
 
@@ -112,7 +112,7 @@ def setup_seed(bench: BenchmarkData, training: TrainingSettings, run: RunSetting
     ctx = MethodContext(device=device, n_classes=bench["n_classes"], train_transform=train_transform,
                         generator=generator, epochs=training.epochs, plain_transform=test_transform)
     method = method_cls(net, run, ctx)
-    evaluate = Evaluator(bench, test_transform, device)
+    evaluate = Evaluator(bench, test_transform, device, evaluation_batch(training.backbone, device))
     # bf16 autocast (on a GPU, or a CPU) is entered afresh for every step and evaluation: autocast caches its bf16
     # copies of the weights until its context exits, so one context around the whole loop would keep training
     # on the weights as they were before the first in-place SGD update; a method that updates several times in
@@ -152,18 +152,28 @@ def seed_result(s: SeedSetup, scores: dict, bench: BenchmarkData, training: Trai
     """A trained seed's result: its scores (summarise's), with the final network's confusion matrix, its method's
     own metrics and (`feature_samples` > 0) features for the t-SNE, after the collapse check."""
     net, method, evaluate = s.net, s.method, s.evaluate
+    started = time.perf_counter()
     with s.amp():
         net.eval()
-        confusion = evaluate.confusion(method.predict, bench["n_classes"])
+        confusion = s.loop.final_confusion or evaluate.confusion(method.predict)
         if evaluate.features_collapsed(method.features):
             raise DivergenceError("the trained network gives every evaluation image the same features (a collapsed "
                                   "network, e.g. all-zero after dead ReLUs), so it predicts one class for everything: "
                                   "the learning rate or a loss weight is probably too high")
         method_metrics = method.extra_metrics()
         features = evaluate.features(method.features, feature_samples) if feature_samples else None
+    if scores.get("eval_seconds") is not None:
+        scores = scores | {"eval_seconds": scores["eval_seconds"] + time.perf_counter() - started}
+    # the memory layout changes a convolution's rounding, not its arithmetic: recorded where it is not the default
+    layout = {"layout": "channels_last"} if training.channels_last else {}
     return SeedResult(**scores, confusion=confusion, method_metrics=method_metrics,
-                      environment=environment(device, training.bf16, net.compile_mode) | environment_extra,
+                      environment=environment(device, training.bf16, net.compile_mode) | layout | environment_extra,
                       features=features)
+
+
+def changes_at_finish(method) -> bool:
+    """Whether `method` changes its model after the stream's last batch (JOINT trains there)."""
+    return type(method).finish is not Method.finish
 
 
 def last_accuracy(rows: list[dict], has_tasks: bool) -> float | None:
@@ -195,6 +205,10 @@ class StreamLoop:
         # the first step whose loss was not finite (-1: none), kept on the device and read at evaluations only
         self.first_bad = torch.full((), -1, dtype=torch.long, device=device)
         self.seconds = 0.0     # training time of earlier attempts (a resumed seed)
+        self.eval_seconds = 0.0   # evaluation time, this attempt's and earlier ones'
+        # the confusion matrix of an evaluation of the final model (the last step's, unless `finish` changes the
+        # model after it): the seed's result takes it instead of another pass over the evaluation set
+        self.final_confusion: list[list[int]] | None = None
 
     # -------------------------------------------------------------- checkpoints
 
@@ -202,13 +216,14 @@ class StreamLoop:
         """What a checkpoint holds; `seconds`: the training time of this and earlier attempts."""
         return {"loop": {"step": self.step, "task": self.task, "rows": self.rows, "loss_curve": self.loss_curve,
                          "loss_sum": self.loss_sum.cpu(), "loss_steps": self.loss_steps,
-                         "first_bad": self.first_bad.cpu(), "seconds": seconds},
+                         "first_bad": self.first_bad.cpu(), "seconds": seconds, "eval_seconds": self.eval_seconds},
                 "method": self.method.state_dict(),
                 "rng": rng_states(self.method.ctx.generator, self.device)}
 
     def restore(self, saved: dict) -> None:
         loop = saved["loop"]
         self.step, self.task, self.loss_steps, self.seconds = loop["step"], loop["task"], loop["loss_steps"], loop["seconds"]
+        self.eval_seconds = loop["eval_seconds"]
         self.rows, self.loss_curve = loop["rows"], loop["loss_curve"]
         self.loss_sum = loop["loss_sum"].to(self.device)
         self.first_bad = loop["first_bad"].to(self.device)
@@ -233,12 +248,17 @@ class StreamLoop:
             raise DivergenceError(f"the network's parameters are no longer finite after step {step} of {steps}: "
                                   "the learning rate or a loss weight is probably too high")
 
-    def evaluate_now(self) -> None:
+    def evaluate_now(self, of_final_model: bool = False) -> None:
+        """An evaluation row; `of_final_model`: nothing changes the model after it (its confusion matrix is the
+        seed's)."""
+        started = time.perf_counter()
         net = self.method.net
         net.eval()
         with self.amp():
             self.rows.append(self.evaluate(self.method.predict))
         net.train()
+        self.final_confusion = self.evaluate.last_confusion if of_final_model else None
+        self.eval_seconds += time.perf_counter() - started
 
     def run(self, progress: StreamProgress, checkpoint: Checkpoint | None = None) -> dict:
         """Every remaining step; returns the scores of gcl.training.evaluate.summarise."""
@@ -280,7 +300,7 @@ class StreamLoop:
                 self.loss_curve.append(float(self.loss_sum) / max(self.loss_steps, 1))
                 self.loss_sum.zero_()
                 self.loss_steps = 0
-                self.evaluate_now()
+                self.evaluate_now(of_final_model=step == stream.steps - 1 and not changes_at_finish(method))
                 timer.start()
             self.step = step + 1
             # a line at each task end, at the end, and at least every minute (MNIST-360's segments are too many)
@@ -296,6 +316,6 @@ class StreamLoop:
         timer.stop()
         self.check_finite(stream.steps - 1)
         if not self.rows:          # a stream without evaluation points (Schedule.evaluate_along) is scored once
-            self.evaluate_now()
+            self.evaluate_now(of_final_model=True)
         return summarise(self.rows, self.loss_curve, self.has_tasks, stream.steps, stream.n_samples,
-                         self.seconds + timer.total)
+                         self.seconds + timer.total, self.eval_seconds)
