@@ -11,12 +11,15 @@ depend on the runs).
 """
 from __future__ import annotations
 
+import difflib
 import functools
+import types
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, BaseModel, Field, field_validator
 from pydantic_core import to_jsonable_python
 
 from gcl.core.devices import DEVICE_PATTERN
@@ -31,6 +34,70 @@ if TYPE_CHECKING:   # imported where they are used, as the registries are
     from gcl.data.benchmark_registry import BenchmarkSettings
     from gcl.training.spec import ResolvedRun
 
+
+# ---------------------------------------------------------------------------- names: what a typo is told
+
+def did_you_mean(names: str | Iterable[str], known: Iterable[str]) -> str:
+    """'; did you mean 'er'?' for the known name closest to each unknown one (difflib), '' where none is close: the
+    end of an error line about a mistyped name."""
+    names, known = ([names] if isinstance(names, str) else list(names)), [str(k) for k in known]
+    close = {name: difflib.get_close_matches(str(name), known, n=1) for name in names}
+    found = [(name, match[0]) for name, match in close.items() if match]
+    if not found:
+        return ""
+    if len(names) == 1:
+        return f"; did you mean {found[0][1]!r}?"
+    return "; did you mean " + ", ".join(f"{match!r} for {name!r}" for name, match in found) + "?"
+
+
+def _validate(model: type[Settings], data: Any, where: str) -> Settings:
+    """`validate`, naming the closest accepted key of an unknown one at any depth of the block (a report block's
+    table or method included, where validation alone would name only the top key)."""
+    unknown = _first_unknown_key(model, data, where)
+    if unknown:
+        raise ParamsError(unknown)
+    return validate(model, data, where)
+
+
+def _first_unknown_key(model: type[BaseModel], data: Any, where: str) -> str | None:
+    if not isinstance(data, dict):
+        return None
+    fields = model.model_fields
+    for key, value in data.items():
+        if key not in fields:
+            return f"{where} has an unknown key {key!r}; accepted keys: {sorted(fields)}{did_you_mean(str(key), fields)}"
+        for block, inner, at in _blocks(fields[key].annotation, value, f"{where}.{key}"):
+            found = _first_unknown_key(block, inner, at)
+            if found:
+                return found
+    return None
+
+
+def _blocks(annotation, value: Any, where: str) -> Iterator[tuple[type[BaseModel], Any, str]]:
+    """The settings blocks inside `value` as `annotation` declares them: a block, a list of blocks (report.tables)
+    or a mapping of names to blocks (report.methods), each with its place in params.yaml."""
+    for arm in _arms(annotation):
+        origin, args = get_origin(arm), get_args(arm)
+        if isinstance(arm, type) and issubclass(arm, BaseModel) and isinstance(value, dict):
+            yield arm, value, where
+        elif origin is list and isinstance(value, list):
+            for i, item in enumerate(value):
+                yield from _blocks(args[0], item, f"{where}.{i}")
+        elif origin is dict and isinstance(value, dict):
+            for name, item in value.items():
+                yield from _blocks(args[1], item, f"{where}.{name}")
+
+
+def _arms(annotation) -> tuple:
+    """The types an annotation accepts: a union's arms, an Annotated's type, else the annotation itself."""
+    if get_origin(annotation) is Annotated:
+        return _arms(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, types.UnionType):
+        return tuple(a for arm in get_args(annotation) for a in _arms(arm))
+    return (annotation,)
+
+
+# ---------------------------------------------------------------------------- the top level
 
 def _distinct_seeds(seeds: list[int]) -> list[int]:
     if any(s < 0 for s in seeds):
@@ -106,12 +173,12 @@ def load_params(path: str | Path = "params.yaml") -> dict:
         params = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise ParamsError(f"{path} is not valid YAML: {exc}") from None
-    validate(TopLevel, params, path.name)
+    _validate(TopLevel, params, path.name)
     return params
 
 
 def check_top(params: dict) -> TopLevel:
-    return validate(TopLevel, params, "params.yaml")
+    return _validate(TopLevel, params, "params.yaml")
 
 
 def resolve_runtime(params: dict) -> dict:
@@ -132,18 +199,19 @@ def source_kind(params: dict, name: str) -> str:
     if block and "kind" in block:
         kind = block["kind"]
         if not isinstance(kind, str) or kind not in SOURCES:
-            raise ParamsError(f"sources.{name}.kind: unknown source kind {kind!r}; known kinds: {sorted(SOURCES)}")
+            raise ParamsError(f"sources.{name}.kind: unknown source kind {kind!r}; known kinds: {sorted(SOURCES)}"
+                              f"{did_you_mean(str(kind), SOURCES)}")
         return kind
     if name not in SOURCES:
         raise ParamsError(f"sources.{name}: unknown data source; known sources: {sorted(SOURCES)} (a source of "
-                          "another name names its reader with `kind:`, e.g. kind: image-folder)")
+                          f"another name names its reader with `kind:`, e.g. kind: image-folder){did_you_mean(name, SOURCES)}")
     return name
 
 
 def resolve_source(params: dict, name: str) -> Settings:
     """Source `name`'s settings, validated as its kind's (source_kind), `kind` among them."""
     from gcl.data.sources import SOURCES
-    return validate(SOURCES[source_kind(params, name)].Settings, params["sources"][name], f"sources.{name}")
+    return _validate(SOURCES[source_kind(params, name)].Settings, params["sources"][name], f"sources.{name}")
 
 
 def benchmark_settings(params: dict, name: str) -> BenchmarkSettings:
@@ -151,19 +219,22 @@ def benchmark_settings(params: dict, name: str) -> BenchmarkSettings:
     from gcl.data.benchmarks import KINDS, MOVED_FIELDS
     block, where = params["benchmarks"].get(name), f"benchmarks.{name}"
     if block is None:
-        raise ParamsError(f"{where} does not exist; defined benchmarks: {sorted(params['benchmarks'])}")
+        raise ParamsError(f"{where} does not exist; defined benchmarks: {sorted(params['benchmarks'])}"
+                          f"{did_you_mean(name, params['benchmarks'])}")
     if not isinstance(block, dict):
         raise ParamsError(f"{where} must be a mapping, got {block!r}")
     kind = block.get("kind")
     if kind not in KINDS:
-        raise ParamsError(f"{where}.kind: unknown benchmark kind {kind!r}; known kinds: {sorted(KINDS)}")
+        raise ParamsError(f"{where}.kind: unknown benchmark kind {kind!r}; known kinds: {sorted(KINDS)}"
+                          f"{did_you_mean(str(kind), KINDS)}")
     for key, home in MOVED_FIELDS.items():
         if key in block:
             raise ParamsError(f"{where}.{key}: this setting has moved to {home.format(name=name)} (a benchmark's block "
                               "holds only what its data and training depend on)")
-    settings = validate(KINDS[kind], block, where)
+    settings = _validate(KINDS[kind], block, where)
     if settings.source not in params["sources"]:
-        raise ParamsError(f"{where}.source: {settings.source!r} is not listed under sources ({sorted(params['sources'])})")
+        raise ParamsError(f"{where}.source: {settings.source!r} is not listed under sources ({sorted(params['sources'])})"
+                          f"{did_you_mean(settings.source, params['sources'])}")
     return settings
 
 
@@ -192,8 +263,20 @@ def algorithm_of(params: dict, method: str) -> str:
     if algorithm not in METHODS:
         what = f"methods.{method}.algorithm" if "algorithm" in block else f"methods.{method}"
         raise ParamsError(f"{what}: unknown method {algorithm!r}; known methods: {sorted(METHODS)} "
-                          "(`python -m gcl.describe` lists them with their settings)")
+                          f"(`python -m gcl.describe` lists them with their settings){did_you_mean(str(algorithm), METHODS)}")
     return algorithm
+
+
+def _no_method_block(params: dict, method: str) -> str:
+    """Why a run's method has no block, and the fix that works: the closest defined method, or the block that a
+    registered method needs."""
+    from gcl.methods import METHODS
+    missing = f"{method!r} has no block under methods"
+    if method in METHODS:
+        return f"{missing}; the registered method {method!r} needs one: add `methods.{method}: {{}}`"
+    return missing + (did_you_mean(str(method), params["methods"]) or
+                      f"; defined: {sorted(params['methods'])} (a new method is a block whose `algorithm:` names a "
+                      "registered one: `python -m gcl.describe` lists them)")
 
 
 def method_block(params: dict, method: str):
@@ -204,8 +287,9 @@ def method_block(params: dict, method: str):
     shared = {k: v for k, v in (params["methods"][method] or {}).items() if k != "algorithm"}
     unknown = sorted(set(shared) - set(cls.Settings.model_fields))
     if unknown:
-        raise ParamsError(f"methods.{method} has unknown key(s) {unknown}; {cls.name!r} accepts: "
-                          f"{sorted(cls.Settings.model_fields)} and 'algorithm'")
+        accepted = sorted(cls.Settings.model_fields)
+        raise ParamsError(f"methods.{method} has unknown key(s) {unknown}; {cls.name!r} accepts: {accepted} and "
+                          f"'algorithm'{did_you_mean(unknown, accepted)}")
     return cls, shared
 
 
@@ -217,7 +301,7 @@ def resolve_run(params: dict, key: str, top: TopLevel | None = None) -> Resolved
     from gcl.training.spec import ResolvedRun
     runs = params["runs"]
     if key not in runs:
-        raise ParamsError(f"runs.{key} does not exist; defined runs: {sorted(runs)}")
+        raise ParamsError(f"runs.{key} does not exist" + (did_you_mean(key, runs) or f"; defined runs: {sorted(runs)}"))
     run, where = runs[key], f"runs.{key}"
     if not isinstance(run, dict):
         raise ParamsError(f"{where} must be a mapping, got {run!r}")
@@ -226,16 +310,16 @@ def resolve_run(params: dict, key: str, top: TopLevel | None = None) -> Resolved
             raise ParamsError(f"{where} lacks the key {k!r}")
     method, bench_name = run["method"], run["benchmark"]
     if bench_name not in params["benchmarks"]:
-        raise ParamsError(f"{where}.benchmark: unknown benchmark {bench_name!r}; defined: {sorted(params['benchmarks'])}")
+        raise ParamsError(f"{where}.benchmark: unknown benchmark {bench_name!r}; defined: {sorted(params['benchmarks'])}"
+                          f"{did_you_mean(str(bench_name), params['benchmarks'])}")
     if method not in params["methods"]:
-        raise ParamsError(f"{where}.method: {method!r} has no block under methods; defined: "
-                          f"{sorted(params['methods'])} (a registered method needs `methods.{method}: {{}}`)")
+        raise ParamsError(f"{where}.method: {_no_method_block(params, method)}")
     cls, shared = method_block(params, method)
     try:
-        block = validate(run_block(cls), {**shared, **run}, where)
+        block = _validate(run_block(cls), {**shared, **run}, where)
     except ParamsError as exc:
-        raise ParamsError(f"{exc}\n(method {method!r} is {cls.name!r}; `python -m gcl.describe {cls.name}` "
-                          "lists its settings)") from None
+        what = f"method {method!r}" + ("" if method == cls.name else f" configures {cls.name!r}")
+        raise ParamsError(f"{exc}\n({what}: `python -m gcl.describe {cls.name}` lists its settings)") from None
     benchmark = benchmark_settings(params, bench_name)
     if cls.needs_boundaries and not benchmark.has_tasks:
         raise ParamsError(f"{where}: method {method!r} ({cls.name}) needs task boundaries, and benchmark {bench_name!r} "
@@ -260,7 +344,7 @@ def resolve_report(params: dict, runs: dict[str, ResolvedRun] | None = None) -> 
     class's `label` / `paper_row`) and the report block.
     `runs`: the runs as resolve_run gives them, when the caller has resolved them already."""
     from gcl.methods import METHODS
-    report = validate(ReportSettings, params.get("report"), "report")
+    report = _validate(ReportSettings, params.get("report"), "report")
     if runs is None:
         top = check_top(params)
         runs = {key: resolve_run(params, key, top) for key in params["runs"]}
@@ -280,8 +364,9 @@ def resolve_report(params: dict, runs: dict[str, ResolvedRun] | None = None) -> 
     if report.visualise:
         missing = [c for c in report.visualise.cells if (report.visualise.benchmark, c) not in cells]
         if missing:
+            on = sorted(c for b, c in cells if b == report.visualise.benchmark)
             raise ParamsError(f"report.visualise.cells: {missing} are not runs on {report.visualise.benchmark!r}; "
-                              f"use 'method/buffer' of a run on that benchmark")
+                              f"use 'method/buffer' of a run on that benchmark{did_you_mean(missing, on)}")
     return {"seeds": params["seeds"], "run_seeds": run_seeds, "benchmarks": benchmarks, "methods": methods,
             "runs": {key: run.model_dump(mode="json") for key, run in runs.items()},
             "report": report.model_dump()}
@@ -296,7 +381,7 @@ def check_reproductions(params: dict) -> dict:
     """Each folder of report.reproductions, verified against its own dvc.lock and resolved as the report reads it
     (gcl.report.reproductions)."""
     from gcl.report.reproductions import verify  # here: pandas, which no other stage of this module needs
-    report = validate(ReportSettings, params.get("report"), "report")
+    report = _validate(ReportSettings, params.get("report"), "report")
     return {Path(folder).as_posix(): verify(folder, resolve_profile) for folder in report.reproductions}
 
 
