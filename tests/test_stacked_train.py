@@ -8,6 +8,7 @@ from gcl.methods.stacked import STACKED, StackedCLSER, StackedCoCa, StackedER, S
 from gcl.training.stacked_train import train_stacked, unstackable
 from gcl.training.train import run_seed, setup_seed
 from helpers import run_settings
+from test_stacked import stack_independent_kernels
 
 CPU = torch.device("cpu")
 SEEDS = [0, 1, 2]
@@ -164,6 +165,7 @@ def test_in_float32_each_path_is_deterministic_and_the_two_agree_closely(tiny_mn
     assert first[0].loss_curve[0] == pytest.approx(alone.loss_curve[0], rel=1e-4)
 
 
+@stack_independent_kernels
 @pytest.mark.parametrize("key", ["derpp", "coca", "clser", "agem", "joint"])
 def test_a_seeds_numbers_do_not_depend_on_the_seeds_stacked_beside_it(tiny_mnist360, key):
     """float32 on the CPU: seed 0 alone in a stack, first of two, second of two, or among five gives the same numbers,

@@ -29,16 +29,21 @@ class _BatchedLinear(torch.autograd.Function):
     """x (S, B, in) @ weight (S, out, in)^T + bias (S, out), with a backward that writes the weight's gradient in the
     weight's own layout: autograd's backward of the transposed view computed it as (S, in, out) and then copied it
     into the weight's layout, which made the 784-wide first layer's step 2x slower here (forward and backward of
-    10 seeds x 17 images: 3.1 against 1.2-1.6 ms, one thread)."""
+    10 seeds x 17 images: 3.1 against 1.2-1.6 ms, one thread). Its input and gradient are taken contiguous: one
+    laid out otherwise (a stacked BatchNorm1d's output, seeds interleaved) is laid out as a lone seed's only in a
+    stack of one, and the CPU sums the bias gradient of such a gradient in another order in larger stacks, which
+    made a CoCa seed's float32 numbers depend on the seeds beside it."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
         ctx.save_for_backward(x, weight)
         return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         x, weight = ctx.saved_tensors
+        grad = grad.contiguous()
         grad_x = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None
         return grad_x, torch.bmm(grad.transpose(1, 2), x), grad.sum(1)
 

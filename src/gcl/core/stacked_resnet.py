@@ -22,34 +22,41 @@ from gcl.core.stacked import StackedBatchNorm, StackedLinear, StackedMLP, unstac
 
 
 class _GroupedConv(torch.autograd.Function):
-    """A convolution grouped by seed, x (B, S * in, H, W) with weight (S, out, in, k, k). On a CPU its backward takes
-    each seed's weight gradient on its own, with the kernel of a lone seed's convolution: grouped, the CPU takes
-    another kernel for the weight gradient of some shapes (the 3-channel stem, the 1x1 shortcuts), which made a
-    seed's float32 numbers differ between a stack of one and larger stacks (so with `workers`, or with a resumed
-    run's groups); seed by seed they do not (tests/test_stacked_resnet.py). On a GPU one grouped call serves all."""
+    """A convolution grouped by seed, x (B, S * in, H, W) with weight (S, out, in, k, k). On a GPU one grouped call
+    serves all seeds, forward and backward. On a CPU both passes go seed by seed, each with a lone seed's own
+    kernel: grouped, the CPU takes other kernels for some shapes (the 3-channel stem's forward in stacks of 5, a
+    1x1 shortcut's forward on AVX-512 machines, the stem's and the shortcuts' weight gradients), which made a seed's
+    float32 numbers depend on the seeds stacked beside it; seed by seed they cannot, and on a CPU it costs no time
+    (a full-width stack of 3 at batch 16, one thread: 1.85 s a step grouped, 1.88 s seed by seed)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, stride: tuple, padding: tuple) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
         ctx.stride, ctx.padding = stride, padding
+        if x.device.type == "cpu":
+            return torch.cat([F.conv2d(xs, w, None, stride, padding) for xs, w in zip(_by_seed(x, weight), weight)], 1)
         return F.conv2d(x, weight.flatten(0, 1), None, stride, padding, groups=weight.shape[0])
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         x, weight = ctx.saved_tensors
-        seeds, flat = weight.shape[0], weight.flatten(0, 1)
+        mask = [ctx.needs_input_grad[0], True, False]
 
-        def backward_of(g, inputs, w, groups, mask):
+        def backward_of(g, inputs, w, groups):
             return torch.ops.aten.convolution_backward(g, inputs, w, None, ctx.stride, ctx.padding, (1, 1), False,
-                                                       (0, 0), groups, mask)
-        per_seed = x.device.type == "cpu"
-        grad_x, grad_w, _ = backward_of(grad, x, flat, seeds, [ctx.needs_input_grad[0], not per_seed, False])
-        if per_seed:
-            grad_w = torch.stack([backward_of(g.contiguous(), xs.contiguous(), w, 1, [False, True, False])[1]
-                                  for g, xs, w in zip(grad.chunk(seeds, 1), x.chunk(seeds, 1), weight)])
-        else:
-            grad_w = grad_w.view_as(weight)
-        return grad_x, grad_w, None, None
+                                                       (0, 0), groups, mask)[:2]
+        if x.device.type != "cpu":
+            grad_x, grad_w = backward_of(grad, x, weight.flatten(0, 1), weight.shape[0])
+            return grad_x, grad_w.view_as(weight), None, None
+        grads = [backward_of(g, xs, w, 1) for g, xs, w in zip(_by_seed(grad, weight), _by_seed(x, weight), weight)]
+        grad_x = torch.cat([g for g, _ in grads], 1) if mask[0] else None
+        return grad_x, torch.stack([g for _, g in grads]), None, None
+
+
+def _by_seed(t: torch.Tensor, weight: torch.Tensor) -> list[torch.Tensor]:
+    """Each seed's channels of `t` (B, S * C, H, W), laid out as a lone seed's tensor (contiguous), so that a lone
+    seed's kernel takes them."""
+    return [part.contiguous() for part in t.chunk(weight.shape[0], 1)]
 
 
 class StackedConv2d(nn.Module):
