@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from gcl.core.results import SeedResult
+from gcl.core.results import TIMINGS, SeedResult
 from gcl.data import sequential
 from gcl.methods import METHODS
 from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
@@ -25,7 +25,6 @@ SETTINGS = {
               "sleep_steps_cls": 20, "sleep_batch": 10, "z_dim": 4, "z_samples": 2, "vae_width": 8, "vae_ext": 4,
               "cls_width": 8, "cls_ext": 4},
 }
-TIMINGS = ("train_seconds", "samples_per_second")
 
 
 class Stopped(Exception):

@@ -246,7 +246,7 @@ def test_a_run_may_override_its_benchmarks_epochs_and_width():
 
 
 @pytest.mark.parametrize("profile", ["params.yaml", "profiles/paper.yaml", "profiles/ci.yaml", "profiles/mnist-360.yaml",
-                                     "profiles/cifar10-folder.yaml"])
+                                     "profiles/cifar10-folder.yaml", "profiles/online-cifar10.yaml"])
 def test_every_profile_is_valid(profile):
     p = yaml.safe_load((ROOT / profile).read_text())
     check_all(p)
@@ -264,7 +264,7 @@ def test_precision_and_layout_are_training_settings_not_data(option):
 
 
 @pytest.mark.parametrize("profile", ["params.yaml", "profiles/ci.yaml", "profiles/paper.yaml", "profiles/mnist-360.yaml",
-                                     "profiles/cifar10-folder.yaml"])
+                                     "profiles/cifar10-folder.yaml", "profiles/online-cifar10.yaml"])
 def test_params_files_read_the_same_with_libyaml_as_in_pure_python(profile):
     from gcl.config import load_params
     assert load_params(ROOT / profile) == yaml.safe_load((ROOT / profile).read_text())

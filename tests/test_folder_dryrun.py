@@ -1,5 +1,6 @@
-"""A CI-size dry run of profiles/cifar10-folder.yaml (tools/dryrun.py), as tests/test_dryrun.py runs the paper
-profile's: the folder's `like: cifar10` gives the dry run its shape, so no folder is needed. 51 s and 84 s in two runs on the
+"""CI-size dry runs of the profiles that read CIFAR-10 from an image folder (profiles/cifar10-folder.yaml,
+profiles/online-cifar10.yaml; tools/dryrun.py), as tests/test_dryrun.py runs the paper profile's: the folder's
+`like: cifar10` gives the dry run its shape, so no folder is needed. The folder profile's: 51 s and 84 s in two runs on the
 2-core development machine (beside another job), hence e2e."""
 import sys
 from pathlib import Path
@@ -11,19 +12,24 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import dryrun  # noqa: E402
 
-FOLDER = ROOT / "profiles" / "cifar10-folder.yaml"
+PROFILES = {   # profile -> its image-folder source, its benchmark, the runs of a one-per-method cut
+    "cifar10-folder.yaml": ("cifar10-folder", "seq-cifar10", 5),
+    "online-cifar10.yaml": ("cifar10-images", "online-cifar10", 6),
+}
 
 
 @pytest.mark.e2e
-def test_a_ci_size_dry_run_of_the_folder_profile_trains_and_reports_without_the_folder(tmp_path, capsys):
-    """One run per method (SGD, JOINT, ER, DER++, CoCa at their smallest buffer), 2 epochs, through `dvc repro`,
-    on random images of CIFAR-10's shape standing in for the folder the profile points at (which does not exist)."""
-    assert not Path(yaml.safe_load(FOLDER.read_text())["sources"]["cifar10-folder"]["path"]).exists()
-    status = dryrun.main([str(FOLDER), "--one-per-method", "--scale", "0.01", "--workspace", str(tmp_path / "dry")])
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_a_ci_size_dry_run_of_a_folder_profile_trains_and_reports_without_the_folder(name, tmp_path, capsys):
+    """One run per method at its smallest buffer, 2 epochs, through `dvc repro`, on random images of CIFAR-10's shape
+    standing in for the folder the profile points at (which does not exist here)."""
+    profile, (source, benchmark, runs) = ROOT / "profiles" / name, PROFILES[name]
+    assert not (ROOT / yaml.safe_load(profile.read_text())["sources"][source]["path"]).exists()
+    status = dryrun.main([str(profile), "--one-per-method", "--scale", "0.01", "--workspace", str(tmp_path / "dry")])
     out = capsys.readouterr().out
     assert status == 0, out
     ok = [line for line in out.splitlines() if line.startswith("ok  ")]
-    assert len(ok) == 6 and "ok      report:" in out       # 5 runs and the report
+    assert len(ok) == runs + 1 and "ok      report:" in out       # the runs and the report
     dry = yaml.safe_load((tmp_path / "dry" / "params.yaml").read_text())
-    assert list(dry["sources"]) == ["random-cifar10"] and dry["benchmarks"]["seq-cifar10"]["source"] == "random-cifar10"
+    assert list(dry["sources"]) == ["random-cifar10"] and dry["benchmarks"][benchmark]["source"] == "random-cifar10"
     assert (tmp_path / "dry" / "results" / "tables.md").exists()

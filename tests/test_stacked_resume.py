@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from gcl.core.results import TIMINGS
 from gcl.methods.stacked import STACKED
 from gcl.training.checkpoint import Checkpoint
 from gcl.training.progress import Progress
@@ -18,7 +19,6 @@ from test_stacked_train import float64  # noqa: F401 (a fixture)
 
 CPU = torch.device("cpu")
 SEEDS = [0, 1, 2]
-TIMINGS = ("train_seconds", "samples_per_second")
 
 
 def interrupted_group(monkeypatch, tmp_path, bench, cfg, run, stop: int, every: float):

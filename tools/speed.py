@@ -6,6 +6,7 @@
     python tools/speed.py --cell seq-mnist-er-200  # one seed of one run of params.yaml, as dvc repro trains it
     python tools/speed.py --stacked 10             # every stackable method: 10 seeds stacked vs the same seeds alone
     python tools/speed.py --stacked 5 --backbone resnet18   # the same on seq-CIFAR-10's ResNet-18
+    python tools/speed.py --online                 # the online profile's ER step as trained vs the bare loop
 
 A method step is what the training loop does per stream batch: the batched augmentation of the stream
 batch, then `observe` (replay, distillation, buffer insertion, the update). Each method runs with the
@@ -54,6 +55,8 @@ PRESETS = {
     "mlp": Preset("params.yaml", "seq-mnist", 200, "mnist-bundled", {"cpu": 100, "cuda": 200}),
     "resnet18": Preset("profiles/paper.yaml", "seq-cifar10", 500, "cifar10",
                        {"cpu": 2, "cuda": 50}),
+    # --online: the width-20 ResNet-18 of the single-pass profile, each method at its run's own settings
+    "online": Preset("profiles/online-cifar10.yaml", "online-cifar10", 200, "cifar10", {"cpu": 10, "cuda": 50}),
 }
 CLASSES, PER_CLASS = 10, 64
 
@@ -105,29 +108,33 @@ def method_loop(key: str, params: dict, preset: Preset, args, device: torch.devi
     """One method at its run's settings: task 0 to fill its memory (and end it), then steps of task 1."""
     spec = resolve_run(params, key)
     run = spec.run
-    training = spec.benchmark.model_copy(update={"bf16": args.bf16, "channels_last": args.channels_last})
+    training = spec.benchmark
+    if not args.online:     # the flags' precision and layout; --online keeps the profile's, as dvc repro trains it
+        training = training.model_copy(update={"bf16": args.bf16, "channels_last": args.channels_last})
     bench = synthetic_benchmark(spec, preset)
     train_transform, test_transform = KINDS[training.kind].transforms(bench, training)
     torch.manual_seed(0)
     net = build_backbone(training.backbone, bench["input_shape"], bench["n_classes"],
-                         channels_last=args.channels_last).to(device).train()
+                         channels_last=training.channels_last, width=training.width).to(device).train()
     ctx = MethodContext(device=device, n_classes=bench["n_classes"], train_transform=train_transform,
                         generator=torch.Generator().manual_seed(0), epochs=1, plain_transform=test_transform)
     method = METHODS[run.algorithm](net, run, ctx)
     first, second = (Batches(bench, t, run.batch, device) for t in (0, 1))
     boundaries = method.needs_boundaries
 
+    precision = training.bf16
+
     def observe(batches):
         x_raw, y = batches()
-        with autocast(device, args.bf16):
+        with autocast(device, precision):
             return method.observe(train_transform(x_raw), y, x_raw)
 
-    with autocast(device, args.bf16):
+    with autocast(device, precision):
         if boundaries:
             method.begin_task(first.task)
     for _ in range(args.warmup):
         observe(first)
-    with autocast(device, args.bf16):
+    with autocast(device, precision):
         if boundaries:
             method.end_task(first.task)
             method.begin_task(second.task)
@@ -138,14 +145,18 @@ def method_loop(key: str, params: dict, preset: Preset, args, device: torch.devi
         nonlocal total
         total += observe(second)   # kept on the device: no host synchronisation per step
 
-    return step, run.batch, key
+    # --online: the bare loop puts through the network what the step does, the stream and the replayed batch
+    images = run.batch + (getattr(run, "replay_batch", 0) if args.online and method.uses_buffer else 0)
+    return step, images, key, training
 
 
-def bare_loop(batch: int, preset: Preset, args, device: torch.device):
-    """Plain PyTorch on the same backbone: forward, cross-entropy, backward, SGD on a pre-augmented batch."""
+def bare_loop(batch: int, preset: Preset, args, device: torch.device, width: int | None = None):
+    """Plain PyTorch on the same backbone: forward, cross-entropy, backward, SGD on a pre-augmented batch. With
+    --online it is the reference the issue sets: fp32 and the default memory layout, whatever the run uses."""
     torch.manual_seed(0)
     image = SOURCE_SHAPES[preset.source].image
-    net = build_backbone(args.backbone, image, CLASSES, channels_last=args.channels_last).to(device).train()
+    channels_last, bf16 = (False, False) if args.online else (args.channels_last, args.bf16)
+    net = build_backbone(args.backbone, image, CLASSES, channels_last=channels_last, width=width).to(device).train()
     params = list(net.parameters())
     g = torch.Generator().manual_seed(0)
     x = torch.randn((batch, *image), generator=g).to(device)
@@ -154,7 +165,7 @@ def bare_loop(batch: int, preset: Preset, args, device: torch.device):
 
     def step():
         nonlocal total
-        with autocast(device, args.bf16):
+        with autocast(device, bf16):
             loss = F.cross_entropy(net(x), y)
         for p in params:
             p.grad = None
@@ -181,11 +192,11 @@ def measure(loops: dict, steps: int, rounds: int, device: torch.device) -> dict[
 
 
 def benchmark_device(device: torch.device, args) -> list[dict]:
-    preset = PRESETS[args.backbone]
+    preset = PRESETS["online" if args.online else args.backbone]
     preset = dataclasses.replace(preset, benchmark=args.benchmark or preset.benchmark, buffer=args.buffer or preset.buffer)
     params = load_params(args.profile or preset.profile)
     methods = args.methods or sorted(METHODS)
-    loops, batch_of, runs = {}, {}, {}
+    loops, batch_of, runs, settings = {}, {}, {}, {}
     for name in methods:
         if name not in METHODS:
             print(f"[skip] method {name!r} is not registered in gcl.methods.METHODS", file=sys.stderr)
@@ -195,9 +206,10 @@ def benchmark_device(device: torch.device, args) -> list[dict]:
             print(f"[skip] {name}: no run of it in {args.profile or preset.profile} on a {args.backbone} benchmark",
                   file=sys.stderr)
             continue
-        loops[name], batch_of[name], runs[name] = method_loop(key, params, preset, args, device)
+        loops[name], batch_of[name], runs[name], settings[name] = method_loop(key, params, preset, args, device)
+    width = next(iter(settings.values())).width if settings else None     # one benchmark: one network
     for batch in sorted(set(batch_of.values())):
-        loops[f"bare/{batch}"] = bare_loop(batch, preset, args, device)
+        loops[f"bare/{batch}"] = bare_loop(batch, preset, args, device, width)
     for step in loops.values():   # warm-up: allocations, first-call costs
         step()
     seconds = measure(loops, args.steps or preset.steps[device.type], args.rounds, device)
@@ -207,21 +219,27 @@ def benchmark_device(device: torch.device, args) -> list[dict]:
         rows.append({"method": name, "run": runs[name], "batch": batch, "seconds": seconds[name],
                      "ms_per_sample": 1e3 * seconds[name] / batch, "bare_ms_per_sample": 1e3 * bare / batch,
                      "vs_bare": seconds[name] / bare, "device": device.type,
-                     "precision": "bf16" if args.bf16 else "fp32",
-                     "layout": "channels_last" if args.channels_last else "nchw", "backbone": args.backbone})
+                     "precision": "bf16" if settings[name].bf16 else "fp32",
+                     "layout": "channels_last" if settings[name].channels_last else "nchw", "backbone": args.backbone,
+                     "width": settings[name].width})
     return rows
 
 
 def print_table(rows: list[dict], args) -> None:
-    print(f"{args.backbone} on {args.benchmark or PRESETS[args.backbone].benchmark} shapes; torch {torch.__version__}, "
-          f"{torch.get_num_threads()} CPU thread(s); {args.rounds} rounds of {args.steps or 'preset'} steps")
-    head = (f"{'device':<7}{'precision':<10}{'method':<8}{'batch':>6}{'ms/step':>10}{'ms/sample':>11}"
+    preset = PRESETS["online" if args.online else args.backbone]
+    print(f"{args.backbone} on {args.benchmark or preset.benchmark} shapes; torch {torch.__version__}, "
+          f"{torch.get_num_threads()} CPU thread(s); {args.rounds} rounds of {args.steps or preset.steps['cpu']} steps")
+    if args.online:
+        print("online: each method as its run trains (precision, layout, width of the profile); the bare loop in fp32 "
+              "and the default layout, at the images a step puts through the network (stream + replayed batch)")
+    head = (f"{'device':<7}{'precision':<10}{'layout':<14}{'method':<8}{'batch':>6}{'ms/step':>10}{'ms/sample':>11}"
             f"{'bare ms/sample':>16}{'vs bare':>9}  run")
     print(head)
     print("-" * len(head))
     for r in sorted(rows, key=lambda r: (r["device"], r["vs_bare"])):
-        print(f"{r['device']:<7}{r['precision']:<10}{r['method']:<8}{r['batch']:>6}{1e3 * r['seconds']:>10.2f}"
-              f"{r['ms_per_sample']:>11.3f}{r['bare_ms_per_sample']:>16.3f}{r['vs_bare']:>8.2f}x  {r['run']}")
+        print(f"{r['device']:<7}{r['precision']:<10}{r['layout']:<14}{r['method']:<8}{r['batch']:>6}"
+              f"{1e3 * r['seconds']:>10.2f}{r['ms_per_sample']:>11.3f}{r['bare_ms_per_sample']:>16.3f}"
+              f"{r['vs_bare']:>8.2f}x  {r['run']}")
 
 
 def time_cell(args) -> None:
@@ -310,6 +328,8 @@ def main(argv=None) -> list[dict] | None:
     p.add_argument("--bf16", action="store_true", help="bf16 autocast around every step")
     p.add_argument("--channels-last", action="store_true", help="NHWC weights and activations (resnet18)")
     p.add_argument("--threads", type=int, default=None, help="CPU intra-op threads (default: torch's)")
+    p.add_argument("--online", action="store_true", help="the online profile (profiles/online-cifar10.yaml): its ER "
+                   "step (or --methods) as its run trains, against a bare fp32 loop in the default layout")
     p.add_argument("--cell", default=None, help="time one seed of this run key of params.yaml instead")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stacked", type=int, default=0, metavar="S", help="time S seeds trained stacked against the same "
@@ -328,6 +348,10 @@ def main(argv=None) -> list[dict] | None:
         args.methods = [m for m in args.methods.split(",") if m]
         args.per_class = args.per_class or {"mlp": 400, "resnet18": 8}[args.backbone]
         return stacked_table(args)
+    if args.online:
+        if args.bf16 or args.channels_last:
+            p.error("--online times each method at its profile's precision and layout; edit the profile to try others")
+        args.backbone, args.methods = "resnet18", args.methods or "er"
     if args.channels_last and args.backbone != "resnet18":
         p.error("--channels-last applies to --backbone resnet18")
     args.methods = [m for m in args.methods.split(",") if m]

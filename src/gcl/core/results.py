@@ -8,6 +8,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+# the fields that measure time, not what was learnt: the only ones a resumed or regrouped seed may change
+TIMINGS = ("train_seconds", "samples_per_second", "eval_seconds")
+
 
 @dataclass
 class SeedResult:
