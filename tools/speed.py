@@ -291,8 +291,9 @@ def stacked_table(args) -> list[dict]:
             continue
         spec = resolve_run(params, keys[0][1])
         training = spec.benchmark
-        if args.backbone == "resnet18":      # a pass over a short stream; the width as asked
-            training = training.model_copy(update={"epochs": 1, "width": args.width})
+        if args.backbone == "resnet18":      # a pass over a short stream; the width as asked; both sides in the
+            # default layout, the only one a stacked ResNet takes (a profile's channels_last is timed by --online)
+            training = training.model_copy(update={"epochs": 1, "width": args.width, "channels_last": False})
         if unstackable(training, spec.run):
             print(f"[skip] {method}: {unstackable(training, spec.run)}", file=sys.stderr)
             continue
@@ -303,7 +304,7 @@ def stacked_table(args) -> list[dict]:
         stacked = sum(r.train_seconds for r in together.values())
         rows.append({"method": method, "run": keys[0][1], "seeds": len(seeds), "steps": steps,
                      "alone_ms": 1e3 * alone / (steps * len(seeds)), "stacked_ms": 1e3 * stacked / (steps * len(seeds))})
-    print(f"{benchmark} stream of {args.per_class} random images per class, {args.backbone}"
+    print(f"{args.benchmark or benchmark} stream of {args.per_class} random images per class, {args.backbone}"
           f"{f' width {args.width}' if args.width else ''}, {device.type}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} thread(s): ms of training per seed-step")
     print(f"{'method':<8}{'seeds':>6}{'steps':>7}{'alone':>9}{'stacked':>9}{'speed-up':>10}  run")

@@ -1,0 +1,99 @@
+"""Copy a workspace's finished runs of its profile into a reproduction folder, so that a grid that spans several
+sittings keeps what it has trained (reproductions/<name>/README.md says how a later sitting resumes from it).
+
+    python tools/snapshot_reproduction.py <workspace> reproductions/<name>
+
+Copies the workspace's params.yaml, its dvc.lock cut to the stages of that profile (the data, settings and code
+digest of each run), and runs/<benchmark>/<method>/<buffer>/ of every finished run (its train stage in dvc.lock,
+its folder complete, no trainer at work on it), and, once the workspace's report is the one dvc.lock records, its
+results/ (what check@reproductions verifies). Files are written, then renamed into place; the workspace may be
+training meanwhile.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from gcl.core.atomic import atomic_path  # noqa: E402
+from gcl.report.reproductions import RUN, SUMMARY, md5  # noqa: E402
+
+
+def profile_stages(params: dict) -> set[str]:
+    """The stage names dvc.yaml's foreach makes of this profile."""
+    names = {f"check@{item}" for item in ("data", "runs", "reproductions")}
+    names |= {f"prepare@{key}" for key in params["sources"]} | {f"benchmark@{key}" for key in params["benchmarks"]}
+    return names | {f"train@{key}" for key in params["runs"]}
+
+
+def finished(workspace: Path, key: str, out: dict) -> bool:
+    """Whether run `key`'s folder holds a finished run: DVC deletes a stage's outputs before it runs it again, and a
+    run being trained holds its progress lock; so a folder with its metrics.json and as many files as dvc.lock
+    records, and no trainer, is the one dvc.lock records."""
+    folder = workspace / out["path"]
+    return (folder / "metrics.json").is_file() and not (workspace / ".gcl-progress" / f"{key}.lock").exists() \
+        and out.get("nfiles") == sum(f.is_file() for f in folder.rglob("*"))
+
+
+def report_is_current(workspace: Path, lock: dict, params: dict) -> bool:
+    """Whether results/ is the report of this profile's whole grid that dvc.lock records: its summary.csv has the
+    recorded MD5 and holds every run of params.yaml, and nothing else."""
+    outs = {out["path"]: out for out in lock["stages"].get("report", {}).get("outs", [])}
+    summary = workspace / SUMMARY
+    if SUMMARY not in outs or not summary.is_file() or md5(summary) != outs[SUMMARY]["md5"]:
+        return False
+    cells = {tuple(str(v) for v in row) for row in pd.read_csv(summary)[RUN].itertuples(index=False)}
+    return cells == {(r["benchmark"], r["method"], str(r["buffer"])) for r in params["runs"].values()}
+
+
+def copy_folder(src: Path, target: Path) -> None:
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+
+
+def snapshot(workspace: Path, dest: Path) -> list[str]:
+    params = yaml.safe_load((workspace / "params.yaml").read_text())
+    lock = yaml.safe_load((workspace / "dvc.lock").read_text())
+    keep = profile_stages(params)
+    stages = {name: entry for name, entry in lock["stages"].items() if name in keep}
+    copied = []
+    if report_is_current(workspace, lock, params):      # the whole grid's report: results/ joins the runs
+        stages["report"] = lock["stages"]["report"]
+        copy_folder(workspace / "results", dest / "results")
+        copied.append("report")
+    for name, entry in stages.items():
+        if not name.startswith("train@"):
+            continue
+        (out,) = entry["outs"]
+        if not finished(workspace, name.removeprefix("train@"), out):
+            continue
+        copy_folder(workspace / out["path"], dest / out["path"])
+        copied.append(name)
+    for name, text in (("params.yaml", (workspace / "params.yaml").read_text()),
+                       ("dvc.lock", yaml.safe_dump({"schema": lock["schema"], "stages": stages}, sort_keys=False))):
+        with atomic_path(dest / name) as tmp:
+            Path(tmp).write_text(text)
+    return copied
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("workspace", type=Path)
+    p.add_argument("dest", type=Path)
+    args = p.parse_args(argv)
+    args.dest.mkdir(parents=True, exist_ok=True)
+    copied = snapshot(args.workspace, args.dest)
+    print(f"{len(copied)} finished run(s) in {args.dest}: {', '.join(sorted(copied)) or '-'}")
+
+
+if __name__ == "__main__":
+    main()
