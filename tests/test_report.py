@@ -121,7 +121,8 @@ def test_tables_put_our_mean_std_beside_the_paper(resolved):
     assert t3["er"]["B=200 ours"] == "51.00 ± 1.41" and t3["er"]["B=200 paper"] == "49.27"
     assert t3["CKD"]["B=200 ours"] == "55.00 ± 0.00" and t3["CKD"]["B=200 paper"] == "56.71"
     assert t3["CKD+PT+SCL (CoCa)"]["B=200 paper"] == "67.02"
-    assert "Table 2" not in tables_md()                                  # no tasks: no Task-IL table
+    assert "## Table 2" not in tables_md()                               # no tasks: no Task-IL table, and a line why
+    assert "- Table 2: Task-IL: no benchmark of this profile has tasks." in section(tables_md(), "## Data")
     assert "bundled digits" in tables_md()
 
 
@@ -168,13 +169,13 @@ def test_der_rows_are_compared_with_the_right_paper_rows_and_task_il_has_no_clas
     write_report(resolved, "results", PAPER)
     text = tables_md()
     t1 = table(section(section(text, "## Table 1: Class-IL"), "### mnist-360"))
-    assert t1["DER"]["B=200 paper"] == "55.22"          # the DER paper's plain DER
+    assert t1["DER"]["B=200 paper"] == "-" and t1["DER"]["B=200 DER paper"] == "55.22"   # the DER paper's plain DER
     assert t1["DER++"]["B=200 paper"] == "54.16"        # the CoCa paper's "DER" row = DER++
     t1c = table(section(section(text, "## Table 1: Class-IL"), "### seq-cifar10"))
-    assert t1c["DER"]["B=200 paper"] == "61.93"
+    assert t1c["DER"]["B=200 DER paper"] == "61.93" and t1c["DER++"]["B=200 DER paper"] == "-"
     t2 = table(section(section(text, "## Table 2: Task-IL"), "### seq-cifar10"))
     assert t2["DER"]["B=200 ours"] == "90.00 ± 0.00"
-    assert t2["DER"]["B=200 paper"] == "-"             # the DER paper's file is Class-IL only
+    assert t2["DER"]["B=200 paper"] == "-" and "B=200 DER paper" not in t2["DER"]   # the DER paper: Class-IL only
     assert t2["DER++"]["B=200 paper"] == "91.92"
 
 
@@ -269,7 +270,7 @@ def test_headline_marks_ours_within_noise_and_gives_ours_minus_paper(resolved):
     assert head["baseline ours − paper"] == "+1.73"
     t1 = table(section(section(tables_md(), "## Table 1: Class-IL"), "### mnist-360"))
     assert t1["coca"]["B=200 ours"] == head["coca ours"] and t1["er"]["B=200 ours"] == head["baseline ours"]
-    assert "≈ marks our mean where the paper's number lies within one seed-std of it" in tables_md().split("\n## ")[0]
+    assert "≈ marks our mean where the published number beside it lies within one seed-std of it" in tables_md().split("\n## ")[0]
 
 
 def test_tables_md_holds_every_accuracy_and_costs_md_the_costs(resolved):
@@ -406,8 +407,13 @@ def test_method_metrics_and_protocol_label(resolved):
     extra = section(costs_md(), "## Method-specific metrics")
     rows = {ln.split("|")[2].strip(): [c.strip() for c in ln.strip("|").split("|")]
             for ln in extra.splitlines() if ln.startswith("| mnist-360")}
-    header = [c.strip() for c in extra.strip().splitlines()[0].strip("|").split("|")]
+    header = [c.strip() for c in next(ln for ln in extra.splitlines() if ln.startswith("|")).strip("|").split("|")]
     cndpm, icarl = (dict(zip(header, rows[k])) for k in ("CN-DPM (its own protocol: split benchmarks)", "icarl"))
+    legend = [ln for ln in extra.splitlines() if ln.startswith("- **")]     # every column defined above the table
+    assert [ln.split("**")[1] for ln in legend] == header[3:]
+    assert "- **experts**: CN-DPM: the experts it created over the stream." in legend
+    assert "- **kl**: CN-DPM (its own protocol: split benchmarks): a number of its own (`method_metrics` in its runs' " \
+           "metrics.json)." in legend                            # a metric no method documents: named by who reports it
     assert cndpm["experts"] == "4–6" and cndpm["kl"] == "0.38"     # a count's range over seeds; another number's mean
     assert icarl["exemplars"] == "200" and icarl["experts"] == "-"  # a count: a whole number, not 200.00
     summary = pd.read_csv("results/summary.csv")

@@ -10,13 +10,46 @@ from gcl.report.summary import is_count, method_metric_columns
 
 RUN = ["benchmark", "method", "buffer"]
 
-COST_TEXT = (  # costs.md's legend, a line each
-    "Forgetting: mean over evaluation groups (tasks; digits on MNIST-360) of the best earlier accuracy minus the "
-    "final one.",
-    "Steps: SGD steps of the stream per seed (the settings' batch decides them: compare rows at equal steps).",
-    "Train seconds exclude evaluation; forgetting, train seconds and samples/s are means over seeds.",
-    "A count (steps, a method's own counts) prints as its value, or as its range over seeds where they differ; "
-    "any other number of a method's own as its mean over seeds.")
+COST_COLUMNS = {  # the cost table's columns (besides benchmark, method, buffer) and what each holds
+    "seeds": "the seeds the run trained; every other column is over them",
+    "forgetting": "mean over evaluation groups (tasks; digits on MNIST-360) of the best earlier accuracy minus the "
+                  "final one, in points, mean over seeds; '-' for an offline method (JOINT), which is evaluated once",
+    "steps": "SGD steps of the stream per seed (the run's batch decides them: compare rows at equal steps)",
+    "train seconds": "wall time of the training steps per seed, evaluations excluded, mean over seeds (it grows on a "
+                     "busy machine)",
+    "samples/s": "stream samples per train second, mean over seeds",
+    "device": "where the run trained (cpu or cuda)",
+}
+METHOD_METRICS = {  # the numbers methods report of their own (`method_metrics` in a run's metrics.json)
+    "experts": "CN-DPM: the experts it created over the stream",
+    "exemplars": "iCaRL: the exemplars in its memory at the end of the stream",
+    "memory": "FDR: the samples in its episodic memory at the end of the stream",
+    "anchors": "HAL: the anchors it holds at the end of the stream (one per class seen)",
+}
+COUNT_TEXT = ("A count (steps, a method's own counts) prints as its value, or as its range over seeds where they "
+              "differ; any other number of a method's own as its mean over seeds.")
+
+
+def cost_legend() -> list[str]:
+    """costs.md's legend: every column of the cost table, and how counts print."""
+    return [f"**{column}**: {text}." for column, text in COST_COLUMNS.items()] + [COUNT_TEXT]
+
+
+def method_metric_legend(summary: pd.DataFrame, display: Display) -> list[str]:
+    """What each column of the method-specific table holds; one no method documents here is named by the methods
+    that report it."""
+    out = []
+    for column in method_metric_columns(summary):
+        name = _metric_name(column)
+        reporting = display.sort(summary.loc[summary[column].notna(), "method"])
+        text = METHOD_METRICS.get(name) or (f"{', '.join(map(display.label, reporting))}: a number of its own "
+                                            "(`method_metrics` in its runs' metrics.json)")
+        out.append(f"**{name}**: {text}.")
+    return out
+
+
+def _metric_name(column: str) -> str:
+    return column.split(".", 1)[1]
 
 
 def _in_order(agg: pd.DataFrame, display: Display) -> pd.DataFrame:
@@ -55,7 +88,7 @@ def method_metrics_table(summary: pd.DataFrame, display: Display) -> str | None:
     keys = list(agg.itertuples(index=False, name=None))
     for c in cols:
         if is_count(summary[c]):
-            shown[c.split(".", 1)[1]] = [fmt_count(low.at[k, c], high.at[k, c]) for k in keys]
+            shown[_metric_name(c)] = [fmt_count(low.at[k, c], high.at[k, c]) for k in keys]
         else:
-            shown[c.split(".", 1)[1]] = [fmt_number(mean.at[k, c]) for k in keys]
+            shown[_metric_name(c)] = [fmt_number(mean.at[k, c]) for k in keys]
     return markdown(shown)

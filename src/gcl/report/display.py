@@ -8,8 +8,8 @@ import pandas as pd
 
 from gcl.report.summary import ResolvedReport
 
-WITHIN_STD = "≈"   # marks our mean ± std when the paper's number lies within one seed-std of our mean
-WITHIN_STD_TEXT = f"{WITHIN_STD} marks our mean where the paper's number lies within one seed-std of it"
+WITHIN_STD = "≈"   # marks our mean ± std when the published number lies within one seed-std of our mean
+WITHIN_STD_TEXT = f"{WITHIN_STD} marks our mean where the published number beside it lies within one seed-std of it"
 
 
 class Display:

@@ -16,11 +16,12 @@ from pathlib import Path
 import pandas as pd
 
 from gcl.report.comparison import comparison_section
-from gcl.report.costs import COST_TEXT, cost_table, method_metrics_table
+from gcl.report.costs import cost_legend, cost_table, method_metric_legend, method_metrics_table
 from gcl.report.display import WITHIN_STD_TEXT, Display, fmt_count
+from gcl.report.paper import PAPER, table_source
 from gcl.report.reproductions import read_verified
-from gcl.report.summary import ResolvedReport, environments
-from gcl.report.tables import HeadlineRow, headline, headline_table, table_section
+from gcl.report.summary import ResolvedReport, environment_line, environments, mixes_environments, stacked_seeds
+from gcl.report.tables import HeadlineRow, headline, headline_table, table_section, unfilled_line
 
 TABLES, COSTS = "tables.md", "costs.md"
 
@@ -84,8 +85,9 @@ def seeds_line(profile: ProfileResults) -> str:
     return f"Seeds {list(default)}" + ("" if not parts else " except " + "; ".join(parts)) + "."
 
 
-def data_lines(profile: ProfileResults, h: str) -> str:
-    """Where each benchmark's numbers come from (caption, source, stream length) and the environments."""
+def data_lines(profile: ProfileResults, unfilled: list[str], h: str) -> str:
+    """Where each benchmark's numbers come from (caption, source, stream length), the environments, and the tables
+    this profile cannot fill (`unfilled`: a line each)."""
     out = [f"{h} Data\n"]
     summary, display = profile.summary, profile.display
     for b in profile.benchmarks:
@@ -93,12 +95,22 @@ def data_lines(profile: ProfileResults, h: str) -> str:
         samples = summary.loc[summary.benchmark == b, "samples"].dropna() if "samples" in summary else pd.Series([])
         stream = "" if samples.empty else f", {fmt_count(samples.min(), samples.max())} stream samples per seed"
         out.append(f"- **{b}**: {display.benchmark_label(b) or source} (source `{source}`{stream})")
-    envs = environments(summary)
-    out.append("\nComputed on: " + "; ".join(envs) + (
-        ". **These results mix environments**: another CPU or torch build, a compiled backbone or seeds trained "
-        "stacked round otherwise and move a run's numbers within seed noise, so compare cells from one environment "
-        "(summary.csv has each seed's)." if len(envs) > 1 else "."))
+    out.append("\n" + computed_on(summary))
+    if unfilled:
+        out.append("\nTables this profile cannot fill:\n\n" + "\n".join(f"- {line}" for line in unfilled))
     return "\n".join(out) + "\n\n"
+
+
+def computed_on(summary: pd.DataFrame) -> str:
+    """Where the numbers were computed: one plain line where the seeds differ at most in stacking, a warning where
+    they differ in what moves numbers more (another CPU or GPU, torch build, threads, precision, compilation)."""
+    if mixes_environments(summary):
+        return ("Computed on: " + "; ".join(environments(summary)) + ". **These results mix environments**: another "
+                "CPU or GPU, torch build, thread count, precision or a compiled backbone moves a run's numbers within "
+                "seed noise, so compare cells from one environment (summary.csv has each seed's).")
+    return f"Computed on: {environment_line(summary)}." + (
+        " Stacked seeds train as one network, whose float32 sums round in another order than a lone seed's: the same "
+        "numbers in distribution." if stacked_seeds(summary) else "")
 
 
 def accuracy_sections(profile: ProfileResults, paper: pd.DataFrame, h: str) -> str:
@@ -110,11 +122,12 @@ def accuracy_sections(profile: ProfileResults, paper: pd.DataFrame, h: str) -> s
         out.write(f"{h} Headline: {main} against the best baseline (Class-IL)\n\n"
                   f"Best baseline: the method with the highest mean Class-IL at that buffer (or without a buffer), {main}'s own "
                   f"variants and {', '.join(map(display.label, settings.headline.exclude)) or 'none'} left out. "
-                  "Ours − paper: our mean minus the paper's number.\n\n")
-        out.write(headline_table(profile.head) + "\n\n")
-    out.write(data_lines(profile, h))
-    for spec in settings.tables:
-        out.write(table_section(spec, resolved, profile.summary, paper, display, h))
+                  "Ours − paper: our mean minus the paper's number; a column named after another paper holds that "
+                  "paper's own number (its authors' data and protocol) and ours minus it.\n\n")
+        out.write(headline_table(profile.head, table_source(paper, settings.headline.paper_table)) + "\n\n")
+    tables = [(spec, table_section(spec, resolved, profile.summary, paper, display, h)) for spec in settings.tables]
+    out.write(data_lines(profile, [unfilled_line(spec, resolved, profile.summary) for spec, text in tables if not text], h))
+    out.write("".join(text for _, text in tables))
     for spec in settings.comparisons:
         out.write(comparison_section(spec, profile.summary, display, h))
     return out.getvalue()
@@ -125,7 +138,8 @@ def cost_sections(profile: ProfileResults, h: str) -> str:
     out = f"{h} Forgetting and cost per run\n\n" + cost_table(profile.summary, profile.display) + "\n\n"
     extra = method_metrics_table(profile.summary, profile.display)
     if extra:
-        out += f"{h} Method-specific metrics\n\n" + extra + "\n\n"
+        legend = "".join(f"- {line}\n" for line in method_metric_legend(profile.summary, profile.display))
+        out += f"{h} Method-specific metrics\n\n{legend}\n{extra}\n\n"
     return out
 
 
@@ -142,7 +156,10 @@ def render_tables(this: ProfileResults, paper: pd.DataFrame, warnings: list[str]
     """tables.md: the warnings, then every profile's accuracy tables; costs are in costs.md."""
     out = io.StringIO()
     out.write("# Results: our numbers beside the paper's\n\n")
-    out.write(f"Mean ± std over seeds; accuracies in %. {WITHIN_STD_TEXT}. Generated by `dvc repro` (stage "
+    out.write(f"Mean ± std over seeds; accuracies in %. A column headed *{PAPER}* holds the CoCa paper's number; one "
+              "headed with another paper's name (*DER paper*, *CLS-ER paper*, ...) holds that paper's own number, on "
+              f"its authors' data and protocol (`reference/*.csv` say whose each number is). {WITHIN_STD_TEXT}. "
+              "Generated by `dvc repro` (stage "
               "`report`) from the runs params.yaml lists" + (" and the committed results of the profiles in "
                                                              "`report.reproductions`" if reproductions else "") +
               f"; do not edit by hand. What each run cost (forgetting, steps, time) and the methods' own metrics: "
@@ -167,7 +184,8 @@ def render_costs(this: ProfileResults, reproductions: list[ProfileResults] = ())
     out = io.StringIO()
     out.write("# Costs: forgetting, steps, time and the methods' own metrics\n\n")
     out.write(f"Per run: the runs whose accuracies [{TABLES}]({TABLES}) shows, in its order. Generated by `dvc repro` "
-              "(stage `report`); do not edit by hand.\n\n" + "".join(f"- {line}\n" for line in COST_TEXT) + "\n")
+              "(stage `report`); do not edit by hand. Besides benchmark, method and buffer, the columns hold:\n\n"
+              + "".join(f"- {line}\n" for line in cost_legend()) + "\n")
     for heading, h, profile in _profiles(this, list(reproductions)):
         if heading:
             out.write(heading + "\n\n" + (f"Committed in `{profile.folder}`.\n\n" if profile.folder else ""))

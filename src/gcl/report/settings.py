@@ -76,6 +76,8 @@ class TableSpec(Settings):
     labels: dict[str, str] = Field({}, description="row names in this table only (default: the method's label)")
     stand_in: dict[str, str] = Field({}, description="row method -> method shown in its place on a benchmark "
                                                      "where the row's method did not run")
+    filled_by: str = Field("", description="the profile that fills this table where this one cannot (e.g. "
+                                           "profiles/paper.yaml), named in tables.md")
 
 
 class Headline(Settings):

@@ -143,17 +143,45 @@ def is_count(values: pd.Series) -> bool:
     return bool(len(present)) and bool((present == present.round()).all())
 
 
-def environments(rows: pd.DataFrame) -> list[str]:
-    """The distinct environments of these summary rows, in words, most seeds first."""
+def _environment_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    """Each row's environment as text, one column per ENVIRONMENT key; `stacked` as 'stacked' or 'alone'."""
     envs = rows.reindex(columns=[f"env_{k}" for k in ENVIRONMENT])
     envs["env_compiled"] = envs["env_compiled"].astype(object).fillna("eager")   # results from before compiled backbones
     # stacked seeds round otherwise than lone ones in float32 (equal in distribution): one environment each way,
     # however many seeds a stack held
     envs["env_stacked"] = envs["env_stacked"].map(lambda v: "alone" if pd.isna(v) else "stacked")
-    counts = envs.fillna("?").astype(str).value_counts()
-    return [f"torch {t}, {d}, {n} thread(s), {p}{'' if m == 'eager' else ', compiled (' + m + ')'}"
-            f"{', seeds stacked' if s == 'stacked' else ''} ({c} seeds)"
-            for (t, d, n, p, m, s), c in counts.items()]
+    return envs.fillna("?").astype(str)
+
+
+def _in_words(torch: str, device: str, threads: str, precision: str, compiled: str) -> str:
+    return f"torch {torch}, {device}, {threads} thread(s), {precision}" + (
+        "" if compiled == "eager" else f", compiled ({compiled})")
+
+
+def environments(rows: pd.DataFrame) -> list[str]:
+    """The distinct environments of these summary rows, stacking included, in words, most seeds first."""
+    counts = _environment_frame(rows).value_counts()
+    return [f"{_in_words(*env[:-1])}{', seeds stacked' if env[-1] == 'stacked' else ''} ({n} seeds)"
+            for env, n in counts.items()]
+
+
+def mixes_environments(rows: pd.DataFrame) -> bool:
+    """Whether these rows come from more than one environment besides stacking: another CPU or GPU, torch build,
+    thread count, precision or compilation, each of which moves a seed's numbers within seed noise (stacked and
+    lone seeds differ in float32 rounding only)."""
+    return len(_environment_frame(rows).drop(columns="env_stacked").drop_duplicates()) > 1
+
+
+def stacked_seeds(rows: pd.DataFrame) -> int:
+    """How many of these rows' seeds trained stacked (several seeds as one network)."""
+    return int((_environment_frame(rows)["env_stacked"] == "stacked").sum())
+
+
+def environment_line(rows: pd.DataFrame) -> str:
+    """Where rows of one environment (besides stacking) were computed, in words: how many seeds, how many stacked."""
+    stacked = stacked_seeds(rows)
+    where = _in_words(*_environment_frame(rows).drop(columns="env_stacked").iloc[0])
+    return f"{where} ({len(rows)} seeds" + (f", {stacked} of them trained stacked" if stacked else "") + ")"
 
 
 def stats(summary: pd.DataFrame, metric: str) -> pd.DataFrame:

@@ -13,9 +13,9 @@ import pandas as pd
 
 from gcl.report.common import buffer_key
 from gcl.report.display import Display, buffer_text, fmt_difference, fmt_number, fmt_ours, markdown
-from gcl.report.paper import paper_value
+from gcl.report.paper import Published, published, table_source
 from gcl.report.settings import TableSpec
-from gcl.report.summary import ResolvedReport, environments, stats
+from gcl.report.summary import ResolvedReport, environments, mixes_environments, stats
 
 # ---------------------------------------------------------------------------- the paper's tables
 
@@ -40,30 +40,46 @@ def table_rows(spec: TableSpec, display: Display, present: set[str]) -> list[tup
     return rows
 
 
+def column_sources(numbers: list[Published | None], primary: str) -> list[str]:
+    """The published columns of one group of cells: `primary`'s (the table's own reference) always, another
+    source's only where it has a number, each headed by its source."""
+    return [primary, *(s for s in dict.fromkeys(p.source for p in numbers if p) if s != primary)]
+
+
+def published_cells(numbers: list[Published | None], source: str) -> list[str]:
+    """Each row's published number under `source`'s heading, '-' where that source has none for the row."""
+    return [fmt_number(p.value) if p and p.source == source else "-" for p in numbers]
+
+
 def accuracy_table(spec: TableSpec, summary: pd.DataFrame, paper: pd.DataFrame, display: Display,
                    benchmark: str) -> tuple[str, list[str]]:
-    """One benchmark's table (markdown) and its footnotes."""
-    ours = summary[summary.benchmark == benchmark]
-    st = stats(ours, spec.metric)
-    present = set(st.dropna(subset=["mean"]).method)
-    rows = table_rows(spec, display, present)
+    """One benchmark's table (markdown) and its footnotes: per buffer our mean ± std, then the published numbers
+    under their sources' names ('paper' for the CoCa paper's, e.g. 'DER paper' for another)."""
+    st = stats(summary[summary.benchmark == benchmark], spec.metric)
+    rows = table_rows(spec, display, set(st.dropna(subset=["mean"]).method))
     buffers = sorted(set(st[st.method.isin([shown for _, shown in rows])].buffer), key=buffer_key)
-    out, notes = [], []
+    numbers = {b: [] for b in buffers}
+    notes = []
     for row_method, shown in rows:
-        label = spec.labels.get(shown) or display.label(shown)   # a stand-in is named as itself
         ref_table, ref_row = display.paper_row(row_method)
-        line, has_paper = {"method": label}, False
         for b in buffers:
-            hit = st[(st.method == shown) & (st.buffer == b)]
-            name = buffer_text(b)
-            value = paper_value(paper, ref_table or spec.paper_table, spec.metric, benchmark, ref_row, b)
-            line[f"{name} ours"] = fmt_ours(*hit[["mean", "std"]].iloc[0], value) if len(hit) else "-"
-            line[f"{name} paper"] = fmt_number(value)
-            has_paper |= value is not None
-        out.append(line)
-        if has_paper:     # a note explains a paper column: none where that column is empty
+            numbers[b].append(published(paper, ref_table or spec.paper_table, spec.metric, benchmark, ref_row, b))
+        if any(numbers[b][-1] for b in buffers):     # a note explains a published number: none where there is none
+            label = spec.labels.get(shown) or display.label(shown)
             notes += [f"{label}: {n}" for n in display.notes(shown, benchmark)]
-    return markdown(pd.DataFrame(out)), list(dict.fromkeys(notes))
+    columns = {"method": [spec.labels.get(shown) or display.label(shown) for _, shown in rows]}   # a stand-in as itself
+    primary = table_source(paper, spec.paper_table)
+    for b in buffers:
+        name = buffer_text(b)
+        columns[f"{name} ours"] = [_ours(st, shown, b, number) for (_, shown), number in zip(rows, numbers[b])]
+        for source in column_sources(numbers[b], primary):
+            columns[f"{name} {source}"] = published_cells(numbers[b], source)
+    return markdown(pd.DataFrame(columns)), list(dict.fromkeys(notes))
+
+
+def _ours(st: pd.DataFrame, method: str, buffer: str, number: Published | None) -> str:
+    hit = st[(st.method == method) & (st.buffer == buffer)]
+    return fmt_ours(*hit[["mean", "std"]].iloc[0], number and number.value) if len(hit) else "-"
 
 
 def table_section(spec: TableSpec, resolved: ResolvedReport, summary: pd.DataFrame, paper: pd.DataFrame,
@@ -79,13 +95,26 @@ def table_section(spec: TableSpec, resolved: ResolvedReport, summary: pd.DataFra
         if spec.rows is not None and len(present & set(spec.rows)) < 2:
             continue        # named rows (an ablation) with one configuration run compare nothing
         table, notes = accuracy_table(spec, summary, paper, display, b)
-        mixed = environments(summary[summary.benchmark == b])
-        if len(mixed) > 1:
+        on = summary[summary.benchmark == b]
+        if mixes_environments(on):
+            mixed = environments(on)
             notes = [f"its cells come from {len(mixed)} environments: " + "; ".join(mixed), *notes]
         sections.append(f"{h}# {b}\n\n" + "".join(f"- {n}\n" for n in notes) + ("\n" if notes else "") + table + "\n\n")
     if not sections:
         return ""
     return f"{h} {spec.title}\n\n" + (f"{spec.text}\n\n" if spec.text else "") + "".join(sections)
+
+
+def unfilled_line(spec: TableSpec, resolved: ResolvedReport, summary: pd.DataFrame) -> str:
+    """Why this profile has no section for the table (table_section gave none), and which profile fills it."""
+    ran = [b for b in resolved.benchmarks if b in set(summary.benchmark)]
+    if spec.benchmarks is not None and not set(spec.benchmarks) <= set(ran):
+        why = "needs runs on " + " and ".join(b for b in spec.benchmarks if b not in ran)
+    elif not table_benchmarks(spec, summary, resolved):
+        why = f"no benchmark of this profile has {'tasks' if spec.metric == 'task_il' else 'its metric'}"
+    else:
+        why = "needs runs of two of its rows on one benchmark" if spec.rows is not None else "none of its methods ran"
+    return f"{spec.title}: {why}" + (f"; {spec.filled_by} fills it" if spec.filled_by else "") + "."
 
 
 # ---------------------------------------------------------------------------- the headline
@@ -99,8 +128,8 @@ class HeadlineSide:
     class_il: float
     class_il_std: float
     task_il: float | None          # None on a benchmark without tasks
-    paper_class_il: float | None
-    paper_task_il: float | None
+    paper_class_il: Published | None
+    paper_task_il: Published | None
 
 
 @dataclass(frozen=True)
@@ -122,8 +151,8 @@ def _side(method: str, bench: str, b: str, at: pd.DataFrame, task: pd.DataFrame,
     return HeadlineSide(method, display.label(method) + (" (no buffer)" if own != b else ""),
                         float(mine["mean"]), float(mine["std"]),
                         float(t.iloc[0]) if len(t) and pd.notna(t.iloc[0]) else None,
-                        paper_value(paper, ref_table or h.paper_table, "class_il", bench, row, own),
-                        paper_value(paper, ref_table or h.task_paper_table, "task_il", bench, row, own))
+                        published(paper, ref_table or h.paper_table, "class_il", bench, row, own),
+                        published(paper, ref_table or h.task_paper_table, "task_il", bench, row, own))
 
 
 def headline(summary: pd.DataFrame, paper: pd.DataFrame, display: Display) -> list[HeadlineRow]:
@@ -162,23 +191,29 @@ def headline_metrics(rows: list[HeadlineRow]) -> dict:
     return out
 
 
-def headline_table(rows: list[HeadlineRow]) -> str:
-    """Class-IL of the main method and the best baseline: ours (≈ as in the other tables), the paper's, and
-    ours − paper; Task-IL (ours) where a benchmark has tasks."""
-    lines = []
-    tasks = any(s is not None and s.task_il is not None for e in rows for s in (e.main, e.baseline))
-    for e in rows:
-        m, b = e.main, e.baseline
-        line = {"benchmark": e.benchmark, "buffer": e.buffer}
-        for name, side in ((m.label, m), ("baseline", b)):
-            if name == "baseline":
-                line["best baseline"] = b.label if b else "-"
-            line[f"{name} ours"] = fmt_ours(side.class_il, side.class_il_std, side.paper_class_il) if side else "-"
-            line[f"{name} paper"] = fmt_number(side.paper_class_il) if side else "-"
-            line[f"{name} ours − paper"] = fmt_difference(side.class_il, side.paper_class_il) if side else "-"
-        if tasks:
-            line[f"{m.label} Task-IL"] = fmt_number(m.task_il)
-            line["baseline Task-IL"] = fmt_number(b.task_il) if b else "-"
-        lines.append(line)
-    return markdown(pd.DataFrame(lines))
+def headline_table(rows: list[HeadlineRow], primary: str) -> str:
+    """Class-IL of the main method and the best baseline: ours (≈ as in the other tables), each published number
+    under its source's name and ours minus it; Task-IL (ours) where a benchmark has tasks. `primary`: the source
+    of the headline's own reference table ('paper': the CoCa paper)."""
+    main = rows[0].main.label
+    columns = {"benchmark": [e.benchmark for e in rows], "buffer": [e.buffer for e in rows],
+               **_side_columns(main, [e.main for e in rows], primary),
+               "best baseline": [e.baseline.label if e.baseline else "-" for e in rows],
+               **_side_columns("baseline", [e.baseline for e in rows], primary)}
+    if any(s is not None and s.task_il is not None for e in rows for s in (e.main, e.baseline)):
+        columns[f"{main} Task-IL"] = [fmt_number(e.main.task_il) for e in rows]
+        columns["baseline Task-IL"] = [fmt_number(e.baseline.task_il) if e.baseline else "-" for e in rows]
+    return markdown(pd.DataFrame(columns))
 
+
+def _side_columns(name: str, sides: list[HeadlineSide | None], primary: str) -> dict[str, list[str]]:
+    """One side's columns: ours, then per source its published number and ours minus it."""
+    numbers = [side.paper_class_il if side else None for side in sides]
+    columns = {f"{name} ours": [fmt_ours(side.class_il, side.class_il_std, number and number.value) if side else "-"
+                                for side, number in zip(sides, numbers)]}
+    for source in column_sources(numbers, primary):
+        columns[f"{name} {source}"] = published_cells(numbers, source)
+        columns[f"{name} ours − {source}"] = [
+            fmt_difference(side.class_il, number.value) if side and number and number.source == source else "-"
+            for side, number in zip(sides, numbers)]
+    return columns
