@@ -216,3 +216,57 @@ def test_every_figure_is_drawn_from_the_runs(tmp_path, monkeypatch):
     assert all(Path("results/figures", name).stat().st_size > 5000 for name in drawn)
     assert sorted(p.name for p in Path("results/plots/confusion/b").iterdir()) == ["coca_200.csv", "er_200.csv",
                                                                                    "sgd_none.csv"]
+
+
+# ---------------------------------------------------------------------------- figures that agree
+
+def default_profile_curves():
+    """A curve for every run of the default profile (params.yaml), and its display: the figures as its report
+    draws them, on made-up values."""
+    from gcl.config import load_params, resolve_report
+    resolved = ResolvedReport.from_json(resolve_report(load_params(ROOT / "params.yaml")))
+    curves = [Curve(r["benchmark"], r["method"], str(r["buffer"]), resolved.has_tasks(r["benchmark"]),
+                    [10.0, 20.0] if r["method"] != "joint" else [30.0]) for r in resolved.runs.values()]
+    return curves, resolved.settings.curves.groups, Display(resolved)
+
+
+def drawn_lines(figs):
+    """(figure, panel, method, colour) of every line of every panel: the figures' own colour assignment."""
+    return [(bench, ax.get_title(), line.get_gid(), line.get_color())
+            for bench, fig in figs.items() for ax in fig.axes for line in ax.get_lines() if line.get_gid()]
+
+
+def test_every_figure_of_the_default_profile_gives_a_method_one_colour():
+    import matplotlib.pyplot as plt
+    figs = figures.curve_figures(*default_profile_curves())
+    lines = drawn_lines(figs)
+    colours = {}
+    for _, _, method, colour in lines:
+        colours.setdefault(method, set()).add(colour)
+    assert set(figs) == {"mnist-360", "seq-mnist"} and len(colours) > 20
+    assert {m: c for m, c in colours.items() if len(c) > 1} == {}        # one colour per method, every panel
+    panels = {}
+    for bench, title, method, colour in lines:
+        panels.setdefault((bench, title), {})[method] = colour
+    assert all(len(set(by_method.values())) == len(by_method) for by_method in panels.values())   # lines differ
+    plt.close("all")
+
+
+def test_the_colours_follow_the_report_order_and_differ_within_a_panel():
+    colours = figures.method_colours(["a", "b", "c", "d"], [{"a", "b"}, {"b", "c"}, {"a", "d"}])
+    assert colours["a"] == colours["c"] == figures.PALETTE[0]    # never in one panel: the first colour each
+    assert colours["b"] == colours["d"] == figures.PALETTE[1]
+
+
+def test_legends_stand_outside_the_curves_and_every_axis_is_explained():
+    import matplotlib.pyplot as plt
+    figs = figures.curve_figures(*default_profile_curves())
+    for bench, fig in figs.items():
+        fig.canvas.draw()
+        for ax in (ax for ax in fig.axes if ax.get_legend()):
+            assert ax.get_legend().get_window_extent().y1 <= ax.get_window_extent().y0   # below the panel
+            assert ax.get_xlabel() == ("tasks seen (evaluated after each)" if bench == "seq-mnist"
+                                       else "stream segments seen (evaluated after each)")
+        assert "dashed: a method without a buffer" in fig.texts[0].get_text()       # the line styles, said
+        assert [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()][0].startswith("accuracy (%)")
+    plt.close("all")

@@ -11,6 +11,7 @@ with a warning and the others are kept.
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -83,49 +84,91 @@ def curve_layout(groups: list[tuple[str, list[str]]], mine: list[Curve],
     return rows
 
 
-def plot_curves(curves: list[Curve], groups: dict[str, list[str]], display: Display, out_dir: Path) -> list[Path]:
-    """One figure per benchmark: a row of panels per buffer, one panel per method group (`groups`: titled
-    groups drawn together, report.curves.groups), at most MAX_LINES lines a panel; methods without a buffer
-    (dashed; JOINT's final accuracy dotted) in every row."""
+# One colour per method in every figure and panel; matplotlib's tab10 first, then Dark2, then tab20's light shades
+# (faint on white, so last)
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+           "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666",
+           "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5")
+
+
+def method_colours(methods: list[str], panels: list[set[str]]) -> dict[str, str]:
+    """Each method's one colour for every figure: in `methods`' order (the report's rows), the first colour of
+    PALETTE that no method sharing a panel (`panels`) with it has taken, so that the lines of a panel differ."""
+    colours: dict[str, str] = {}
+    for i, m in enumerate(methods):
+        taken = {colours[n] for panel in panels if m in panel for n in panel if n in colours}
+        colours[m] = next((c for c in PALETTE if c not in taken), PALETTE[i % len(PALETTE)])
+    return colours
+
+
+def axis_labels(tasks: bool) -> tuple[str, str]:
+    """(x, y) labels of a curve panel: what one step on the x axis is, what the accuracy is measured on."""
+    if tasks:
+        return "tasks seen (evaluated after each)", "accuracy (%), mean over the tasks seen"
+    return "stream segments seen (evaluated after each)", "accuracy (%) on every test class"
+
+
+def benchmark_layout(mine: list[Curve], groups: dict[str, list[str]], display: Display):
+    """One benchmark's figure rows of panels (curve_layout): per buffer, its method groups."""
+    buffers = sorted({c.buffer for c in mine if c.buffer != "none"}, key=buffer_key) or ["none"]
+    return curve_layout(panels(groups, display.sort({c.method for c in mine})), mine, buffers)
+
+
+def curve_figure(bench: str, layout, tasks: bool, display: Display, colours: dict[str, str]):
+    """One benchmark's figure: a row of panels per buffer (`layout`: benchmark_layout's), each method in its
+    colour (`colours`) and each panel's legend below it, outside the curves; methods without a buffer (dashed;
+    JOINT's final accuracy dotted) in every row."""
     from matplotlib.ticker import MaxNLocator
 
     plt = _pyplot()
-    paths = []
-    for bench in dict.fromkeys(c.benchmark for c in curves):
-        mine = [c for c in curves if c.benchmark == bench]
-        tasks = mine[0].has_tasks
-        buffers = sorted({c.buffer for c in mine if c.buffer != "none"}, key=buffer_key) or ["none"]
-        layout = curve_layout(panels(groups, display.sort({c.method for c in mine})), mine, buffers)
-        ncols = max(len(row) for row in layout)
-        fig, axes = plt.subplots(len(layout), ncols, figsize=(4.6 * ncols, 3.2 * len(layout)),
-                                 squeeze=False, sharey=True)
-        colours = plt.get_cmap("tab10")
-        for r, row in enumerate(layout):
-            for ax in axes[r][len(row):]:
-                ax.axis("off")
-            for k, (b, title, lines) in enumerate(row):
-                ax = axes[r][k]
-                for i, (m, curve) in enumerate(lines):
-                    own = curve.buffer == b
-                    style = "-" if own and b != "none" else "--"
-                    name = display.label(m) + ("" if own else " (no buffer)")
-                    values = curve.values
-                    if len(values) == 1:        # offline (JOINT): only the final accuracy
-                        ax.axhline(values[0], color=colours(i % 10), linestyle=":", label=f"{name}, final")
-                    else:
-                        ax.plot(range(1, len(values) + 1), values, style, color=colours(i % 10), label=name,
-                                marker="o" if len(values) <= 20 else None, markersize=3)
-                ax.set_title(f"{title}, {buffer_text(b)}", fontsize=9)
-                ax.set_xlabel("after task" if tasks else "after stream segment", fontsize=8)
-                if k == 0:
-                    ax.set_ylabel("accuracy (%)" + (", tasks seen" if tasks else ""), fontsize=8)
-                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-                ax.grid(alpha=0.3)
-                ax.legend(fontsize=7)
-        fig.suptitle(f"{bench}: accuracy over the stream (mean over seeds)")
-        fig.tight_layout()
-        paths.append(_save(fig, out_dir / f"{bench}-curves.png"))
-    return paths
+    ncols = max(len(row) for row in layout)
+    fig, axes = plt.subplots(len(layout), ncols, figsize=(4.6 * ncols, 4.6 * len(layout)), squeeze=False, sharey=True)
+    x_label, y_label = axis_labels(tasks)
+    for r, row in enumerate(layout):
+        for ax in axes[r][len(row):]:
+            ax.axis("off")
+        for k, (b, title, lines) in enumerate(row):
+            ax = axes[r][k]
+            for m, curve in lines:
+                _draw_curve(ax, curve, display.label(m), own=curve.buffer == b, colour=colours[m])
+            ax.set_title(f"{title}, {buffer_text(b)}", fontsize=9)
+            ax.set_xlabel(x_label, fontsize=8)
+            if k == 0:
+                ax.set_ylabel(y_label, fontsize=8)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
+    fig.suptitle(f"{bench}: accuracy over the stream, mean over seeds\n"
+                 "solid: the method at the panel's buffer; dashed: a method without a buffer (in every row); "
+                 "dotted: an offline method's final accuracy", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _draw_curve(ax, curve: Curve, name: str, own: bool, colour: str) -> None:
+    """One method's line in a panel (its gid: the method's key): its curve, or a dotted level for an offline
+    method's one final accuracy."""
+    name += "" if own else " (no buffer)"
+    values = curve.values
+    if len(values) == 1:
+        ax.axhline(values[0], color=colour, linestyle=":", label=f"{name}, final", gid=curve.method)
+    else:
+        ax.plot(range(1, len(values) + 1), values, "-" if own and curve.buffer != "none" else "--", color=colour,
+                label=name, marker="o" if len(values) <= 20 else None, markersize=3, gid=curve.method)
+
+
+def curve_figures(curves: list[Curve], groups: dict[str, list[str]], display: Display) -> dict[str, object]:
+    """Each benchmark's curve figure (matplotlib), every method in one colour across all of them."""
+    by_bench = {b: [c for c in curves if c.benchmark == b] for b in dict.fromkeys(c.benchmark for c in curves)}
+    layouts = {b: benchmark_layout(mine, groups, display) for b, mine in by_bench.items()}
+    shared = [{m for m, _ in lines} for layout in layouts.values() for row in layout for _, _, lines in row]
+    colours = method_colours(display.sort({c.method for c in curves}), shared)
+    return {b: curve_figure(b, layouts[b], mine[0].has_tasks, display, colours) for b, mine in by_bench.items()}
+
+
+def plot_curves(curves: list[Curve], groups: dict[str, list[str]], display: Display, out_dir: Path) -> list[Path]:
+    """One PNG per benchmark (curve_figures)."""
+    return [_save(fig, out_dir / f"{bench}-curves.png") for bench, fig in curve_figures(curves, groups, display).items()]
 
 
 # ---------------------------------------------------------------------------- the visualised runs
@@ -208,28 +251,41 @@ def plot_sensitivity(spec: Sensitivity | None, sweeps: list[SweepPanel], path: P
 def draw_all(settings: ReportSettings, display: Display, cells: list[RunResult], curves: list[Curve],
              confusions: list[Confusion], out_dir: Path, warnings: list[str]) -> list[Path]:
     """Every figure; one that fails is skipped with a warning (a params error still stops the report).
-    `curves` and `confusions`: plot_data's, as results/plots holds them; the t-SNE embeddings and the sweeps
-    are computed here, each inside its figure's job."""
+    `curves` and `confusions`: plot_data's, as results/plots holds them; the sweeps are computed inside their
+    figure's job, and the t-SNE embeddings (the slowest part, where not cached) in the background meanwhile."""
 
     def note(message: str) -> None:
         warn(message, warnings)
 
     bench, chosen = plot_data.visualised(settings, cells)
-    jobs = [("curves", lambda: plot_curves(curves, settings.curves.groups, display, out_dir)),
-            ("sensitivity", lambda: plot_sensitivity(settings.sensitivity, plot_data.sweep_panels(settings, cells),
-                                                     out_dir / "sensitivity.png"))]
-    if chosen:
-        jobs += [("confusion", lambda: plot_confusions(bench, confusions, display, out_dir / f"{bench}-confusion.png")),
-                 ("t-SNE", lambda: plot_tsne(bench, plot_data.embeddings(chosen, note), display,
-                                             out_dir / f"{bench}-tsne.png"))]
-    drawn = []
-    for name, job in jobs:
-        try:
-            result = job()
-        except ReportError:
-            raise
-        except Exception as exc:   # one figure must not cost the tables
-            note(f"figure {name} skipped: {type(exc).__name__}: {exc}")
-            continue
-        drawn += result if isinstance(result, list) else [result] if result else []
-    return drawn
+    tsne_notes: list[str] = []       # told in the t-SNE job, so that the warnings keep one order
+    with ThreadPoolExecutor(1) as background:
+        embedded = background.submit(plot_data.embeddings, chosen, tsne_notes.append) if chosen else None
+
+        def tsne() -> Path | None:
+            found = embedded.result()
+            for message in tsne_notes:
+                note(message)
+            return plot_tsne(bench, found, display, out_dir / f"{bench}-tsne.png")
+
+        jobs = [("curves", lambda: plot_curves(curves, settings.curves.groups, display, out_dir)),
+                ("sensitivity", lambda: plot_sensitivity(settings.sensitivity, plot_data.sweep_panels(settings, cells),
+                                                         out_dir / "sensitivity.png"))]
+        if chosen:
+            jobs += [("confusion", lambda: plot_confusions(bench, confusions, display,
+                                                           out_dir / f"{bench}-confusion.png")),
+                     ("t-SNE", tsne)]
+        return [path for name, job in jobs for path in _drawn(name, job, note)]
+
+
+def _drawn(name: str, job, note) -> list[Path]:
+    """The files one figure job drew; a job that fails is skipped with a warning (`note`), but a params error
+    (ReportError) still stops the report."""
+    try:
+        result = job()
+    except ReportError:
+        raise
+    except Exception as exc:   # one figure must not cost the tables
+        note(f"figure {name} skipped: {type(exc).__name__}: {exc}")
+        return []
+    return result if isinstance(result, list) else [result] if result else []

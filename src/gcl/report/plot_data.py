@@ -9,16 +9,20 @@ paper's Figure 4).
 from __future__ import annotations
 
 import csv
+import hashlib
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from gcl.core.atomic import atomic_path
 from gcl.core.layout import run_dir
+from gcl.core.progress_files import PROGRESS_DIR
 from gcl.core.results import RunResult, SeedResult
 from gcl.report.common import ReportError
 from gcl.report.settings import ReportSettings, Sweep
@@ -140,9 +144,51 @@ def embed_tsne(features: np.ndarray) -> np.ndarray:
         return TSNE(n_components=2, init="pca", perplexity=perplexity, random_state=0).fit_transform(features)
 
 
+# t-SNE is most of a report's time (seconds per run); an embedding is kept here, outside results/ (which DVC empties
+# before the stage runs), under a key of all it is computed from, so a report recomputes only the runs that changed
+TSNE_CACHE = PROGRESS_DIR / ".report-cache" / "tsne"
+
+
+def tsne_key(features: np.ndarray) -> str:
+    """What an embedding is computed from: the features (bytes, shape, type), this module's code (embed_tsne's
+    settings) and scikit-learn's version."""
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    digest.update(repr((features.shape, features.dtype.str, version("scikit-learn"))).encode())
+    digest.update(np.ascontiguousarray(features).tobytes())
+    return digest.hexdigest()[:40]
+
+
+def cached_tsne(features: list[np.ndarray], cache: Path = TSNE_CACHE) -> list[np.ndarray]:
+    """embed_tsne of each, taken from `cache` where an earlier report computed it from the same features, the rest
+    computed (one embedding per thread) and kept there; the cache then holds these embeddings only."""
+    keys = [tsne_key(f) for f in features]
+    found = {key: _cached(cache / f"{key}.npy") for key in keys}
+    todo = {key: f for key, f in zip(keys, features) if found[key] is None}
+    if todo:
+        # one embedding per thread, each on one OpenMP thread (and BLAS on one): faster than one at a time on all
+        # cores (its gradient's sums release the GIL), and the same floats on any machine (the order of a
+        # multi-threaded sum follows the cores)
+        with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(min(len(todo), os.cpu_count() or 1)) as pool:
+            found.update(zip(todo, pool.map(embed_tsne, todo.values())))
+        for key in todo:
+            with atomic_path(cache / f"{key}.npy") as tmp, tmp.open("wb") as f:
+                np.save(f, found[key])
+    for stale in set(cache.glob("*.npy")) - {cache / f"{key}.npy" for key in keys}:
+        stale.unlink(missing_ok=True)
+    return [found[key] for key in keys]
+
+
+def _cached(path: Path) -> np.ndarray | None:
+    """A kept embedding, or None where there is none or it cannot be read (a killed write is never renamed in)."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError):
+        return None
+
+
 def embeddings(cells: list[RunResult], warn: Callable[[str], None]) -> list[Embedding]:
-    """The t-SNE of each run's features.pt; runs whose features are missing or degenerate are skipped with a
-    warning."""
+    """The t-SNE of each run's features.pt (cached_tsne); runs whose features are missing or degenerate are skipped
+    with a warning."""
     import torch
     usable = []
     for c in cells:
@@ -157,13 +203,7 @@ def embeddings(cells: list[RunResult], warn: Callable[[str], None]) -> list[Embe
             warn(f"t-SNE: {file}: {why}; {c.method}/{c.buffer} skipped")
             continue
         usable.append((c, saved, features))
-    if not usable:
-        return []
-    # one embedding per thread, each on one OpenMP thread (and BLAS on one): faster than one at a time on all
-    # cores (its gradient's sums release the GIL), and the same floats on any machine (the order of a
-    # multi-threaded sum follows the cores)
-    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(min(len(usable), os.cpu_count() or 1)) as pool:
-        xys = list(pool.map(embed_tsne, [features for _, _, features in usable]))
+    xys = cached_tsne([features for _, _, features in usable]) if usable else []
     return [Embedding(c.method, str(c.buffer), int(saved["seed"]), xy, saved["labels"].numpy())
             for (c, saved, _), xy in zip(usable, xys)]
 
