@@ -50,3 +50,34 @@ def test_an_unreadable_kept_embedding_is_computed_again(tmp_path, counted):
     (tmp_path / f"{plot_data.tsne_key(a)}.npy").write_bytes(b"cut short")
     again = plot_data.cached_tsne([a], tmp_path)
     assert len(counted) == 2 and np.array_equal(again[0], plot_data.embed_tsne(a))
+
+
+def test_a_figure_is_drawn_again_only_when_what_it_draws_changed(tmp_path, monkeypatch):
+    """A benchmark's curve figure whose curves, labels and colours are those of the last report is copied from the
+    cache; the other is drawn. The cache then holds what this report drew or took."""
+    from gcl.report import figures
+    from gcl.report.cache import Kept
+    from gcl.report.display import Display
+    from gcl.report.plot_data import Curve
+    from gcl.report.summary import ResolvedReport
+
+    drawn, real = [], figures._save
+    monkeypatch.setattr(figures, "_save", lambda fig, path: drawn.append(path.name) or real(fig, path))
+    benches = {b: {"label": b, "source": "s", "kind": "k", "has_tasks": False} for b in ("a", "b")}
+    display = Display(ResolvedReport.from_json({"seeds": [0], "benchmarks": benches, "methods": {}, "runs": {},
+                                                "report": {}}))
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    out.mkdir()
+
+    def report(b_values):
+        kept = Kept(cache, ".png")
+        curves = [Curve("a", "er", "200", False, [1.0, 2.0]), Curve("b", "er", "200", False, b_values)]
+        figures.plot_curves(curves, {}, display, out, kept)
+        kept.prune()
+
+    report([3.0, 4.0])
+    first = (out / "a-curves.png").read_bytes()
+    assert drawn == ["a-curves.png", "b-curves.png"]
+    report([3.0, 5.0])                                          # one run of b changed
+    assert drawn[2:] == ["b-curves.png"] and (out / "a-curves.png").read_bytes() == first
+    assert len(list(cache.glob("*.png"))) == 2

@@ -11,13 +11,17 @@ with a warning and the others are kept.
 from __future__ import annotations
 
 import math
+import shutil
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
+from gcl.core.atomic import atomic_path
 from gcl.core.results import RunResult
 from gcl.report import plot_data
+from gcl.report.cache import CACHE_DIR, Kept, key_of
 from gcl.report.common import ReportError, buffer_key, warn
 from gcl.report.display import Display, buffer_text
 from gcl.report.plot_data import Confusion, Curve, Embedding, SweepPanel
@@ -37,6 +41,25 @@ def _save(fig, path: Path) -> Path:
         fig.savefig(path, format="png", dpi=120, bbox_inches="tight")
     finally:
         plt.close(fig)
+    return path
+
+
+FIGURE_CACHE = CACHE_DIR / "figures"
+REPORT_CODE = sorted(Path(__file__).parent.glob("*.py"))   # what draws a figure: labels, layout, this module
+
+
+def _saved(kept: Kept | None, path: Path, inputs: object, draw: Callable[[], object]) -> Path:
+    """`path`: a copy of the PNG this code drew from the same `inputs` (all that `draw` reads) in an earlier report,
+    kept in `kept`; else drawn (`draw` gives the figure), saved and kept. No cache where `kept` is None."""
+    if kept is None:
+        return _save(draw(), path)
+    cached = kept.path(key_of(REPORT_CODE, ["matplotlib"], (path.name, inputs)))
+    if cached.exists():
+        shutil.copyfile(cached, path)
+        return path
+    _save(draw(), path)
+    with atomic_path(cached) as tmp:
+        shutil.copyfile(path, tmp)
     return path
 
 
@@ -114,9 +137,9 @@ def benchmark_layout(mine: list[Curve], groups: dict[str, list[str]], display: D
     return curve_layout(panels(groups, display.sort({c.method for c in mine})), mine, buffers)
 
 
-def curve_figure(bench: str, layout, tasks: bool, display: Display, colours: dict[str, str]):
-    """One benchmark's figure: a row of panels per buffer (`layout`: benchmark_layout's), each method in its
-    colour (`colours`) and each panel's legend below it, outside the curves; methods without a buffer (dashed;
+def curve_figure(bench: str, layout, tasks: bool, labels: dict[str, str], colours: dict[str, str]):
+    """One benchmark's figure: a row of panels per buffer (`layout`: benchmark_layout's), each method under its
+    label and in its colour, each panel's legend below it, outside the curves; methods without a buffer (dashed;
     JOINT's final accuracy dotted) in every row."""
     from matplotlib.ticker import MaxNLocator
 
@@ -130,7 +153,7 @@ def curve_figure(bench: str, layout, tasks: bool, display: Display, colours: dic
         for k, (b, title, lines) in enumerate(row):
             ax = axes[r][k]
             for m, curve in lines:
-                _draw_curve(ax, curve, display.label(m), own=curve.buffer == b, colour=colours[m])
+                _draw_curve(ax, curve, labels[m], own=curve.buffer == b, colour=colours[m])
             ax.set_title(f"{title}, {buffer_text(b)}", fontsize=9)
             ax.set_xlabel(x_label, fontsize=8)
             if k == 0:
@@ -157,18 +180,28 @@ def _draw_curve(ax, curve: Curve, name: str, own: bool, colour: str) -> None:
                 label=name, marker="o" if len(values) <= 20 else None, markersize=3, gid=curve.method)
 
 
-def curve_figures(curves: list[Curve], groups: dict[str, list[str]], display: Display) -> dict[str, object]:
-    """Each benchmark's curve figure (matplotlib), every method in one colour across all of them."""
+def curve_plans(curves: list[Curve], groups: dict[str, list[str]], display: Display) -> dict[str, tuple]:
+    """Per benchmark, all its curve figure draws (curve_figure's arguments after the benchmark): its layout,
+    whether it has tasks, and its methods' labels and colours, each method in one colour across all figures."""
     by_bench = {b: [c for c in curves if c.benchmark == b] for b in dict.fromkeys(c.benchmark for c in curves)}
     layouts = {b: benchmark_layout(mine, groups, display) for b, mine in by_bench.items()}
     shared = [{m for m, _ in lines} for layout in layouts.values() for row in layout for _, _, lines in row]
     colours = method_colours(display.sort({c.method for c in curves}), shared)
-    return {b: curve_figure(b, layouts[b], mine[0].has_tasks, display, colours) for b, mine in by_bench.items()}
+    return {b: (layouts[b], mine[0].has_tasks, {m: display.label(m) for m in dict.fromkeys(c.method for c in mine)},
+                {m: colours[m] for m in dict.fromkeys(c.method for c in mine)})
+            for b, mine in by_bench.items()}
 
 
-def plot_curves(curves: list[Curve], groups: dict[str, list[str]], display: Display, out_dir: Path) -> list[Path]:
-    """One PNG per benchmark (curve_figures)."""
-    return [_save(fig, out_dir / f"{bench}-curves.png") for bench, fig in curve_figures(curves, groups, display).items()]
+def curve_figures(curves: list[Curve], groups: dict[str, list[str]], display: Display) -> dict[str, object]:
+    """Each benchmark's curve figure (matplotlib)."""
+    return {b: curve_figure(b, *plan) for b, plan in curve_plans(curves, groups, display).items()}
+
+
+def plot_curves(curves: list[Curve], groups: dict[str, list[str]], display: Display, out_dir: Path,
+                kept: Kept | None = None) -> list[Path]:
+    """One PNG per benchmark (curve_figure), drawn where `kept` has none of the same plan."""
+    return [_saved(kept, out_dir / f"{b}-curves.png", (b, plan), lambda b=b, plan=plan: curve_figure(b, *plan))
+            for b, plan in curve_plans(curves, groups, display).items()]
 
 
 # ---------------------------------------------------------------------------- the visualised runs
@@ -183,9 +216,15 @@ def _grid(plt, n: int, width: float = 3.6, height: float = 3.4):
     return fig, flat[:n], flat
 
 
-def plot_confusions(bench: str, confusions: list[Confusion], display: Display, path: Path) -> Path:
+def plot_confusions(bench: str, confusions: list[Confusion], display: Display, path: Path,
+                    kept: Kept | None = None) -> Path:
     """Row-normalised confusion matrices of the first seed after the stream (the paper's Figure 6),
     every class labelled, one colour bar."""
+    labels = {c.method: display.label(c.method) for c in confusions}
+    return _saved(kept, path, (bench, confusions, labels), lambda: _confusion_figure(bench, confusions, labels))
+
+
+def _confusion_figure(bench: str, confusions: list[Confusion], labels: dict[str, str]):
     plt = _pyplot()
     fig, axes, flat = _grid(plt, len(confusions), width=4.0)
     image = None
@@ -197,38 +236,50 @@ def plot_confusions(bench: str, confusions: list[Confusion], display: Display, p
         size = max(3.0, min(8.0, 240 / len(seen)))
         ax.set_xticks(range(len(seen)), [str(i) for i in seen], fontsize=size, rotation=90 if len(seen) > 20 else 0)
         ax.set_yticks(range(len(seen)), [str(i) for i in seen], fontsize=size)
-        ax.set_title(f"{display.label(c.method)} ({buffer_text(c.buffer)})", fontsize=9)
+        ax.set_title(f"{labels[c.method]} ({buffer_text(c.buffer)})", fontsize=9)
         ax.set_xlabel("predicted class", fontsize=8)
         ax.set_ylabel("true class", fontsize=8)
     fig.colorbar(image, ax=flat, shrink=0.8, label="fraction of the true class")
     fig.suptitle(f"{bench}: confusion matrices (seed {confusions[-1].seed}, after the stream)")
-    return _save(fig, path)
+    return fig
 
 
-def plot_tsne(bench: str, embeddings: list[Embedding], display: Display, path: Path) -> Path | None:
+def plot_tsne(bench: str, embeddings: list[Embedding], display: Display, path: Path,
+              kept: Kept | None = None) -> Path | None:
     """t-SNE of the final penultimate features of the evaluation images (the paper's Figure 5); no figure
     without an embedding."""
     if not embeddings:
         return None
+    labels = {e.method: display.label(e.method) for e in embeddings}
+    return _saved(kept, path, (bench, embeddings, labels), lambda: _tsne_figure(bench, embeddings, labels))
+
+
+def _tsne_figure(bench: str, embeddings: list[Embedding], labels: dict[str, str]):
     plt = _pyplot()
     fig, axes, flat = _grid(plt, len(embeddings))
     for ax, e in zip(axes, embeddings):
         points = ax.scatter(e.xy[:, 0], e.xy[:, 1], c=e.labels, cmap="tab10", s=3)
-        ax.set_title(f"{display.label(e.method)} ({buffer_text(e.buffer)})", fontsize=9)
+        ax.set_title(f"{labels[e.method]} ({buffer_text(e.buffer)})", fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])
     fig.legend(*points.legend_elements(), title="class", loc="center right", fontsize=7, title_fontsize=8)
     fig.suptitle(f"{bench}: t-SNE of test features (seed {embeddings[-1].seed})")
-    return _save(fig, path)
+    return fig
 
 
 # ---------------------------------------------------------------------------- the sensitivity sweeps
 
-def plot_sensitivity(spec: Sensitivity | None, sweeps: list[SweepPanel], path: Path) -> Path | None:
+def plot_sensitivity(spec: Sensitivity | None, sweeps: list[SweepPanel], path: Path,
+                     kept: Kept | None = None) -> Path | None:
     """Class-IL against each swept setting (the paper's Figure 4: CoCa's omega and gamma), a panel per sweep,
     mean ± std over seeds; no figure without a sweep."""
     if spec is None or not sweeps:
         return None
+    inputs = (spec.model_dump(), [(panel.sweep.model_dump(), panel.points) for panel in sweeps])   # plain data: a
+    return _saved(kept, path, inputs, lambda: _sensitivity_figure(spec, sweeps))    # model's pickle holds a set
+
+
+def _sensitivity_figure(spec: Sensitivity, sweeps: list[SweepPanel]):
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(sweeps), figsize=(4.5 * len(sweeps), 3.4), squeeze=False)
     for ax, panel in zip(axes[0], sweeps):
@@ -243,7 +294,7 @@ def plot_sensitivity(spec: Sensitivity | None, sweeps: list[SweepPanel], path: P
         ax.set_ylabel("Class-IL accuracy (%)")
         ax.grid(alpha=0.3)
     fig.suptitle(f"{spec.benchmark}, buffer {spec.buffer}: {spec.title}")
-    return _save(fig, path)
+    return fig
 
 
 # ---------------------------------------------------------------------------- all of them
@@ -258,6 +309,7 @@ def draw_all(settings: ReportSettings, display: Display, cells: list[RunResult],
         warn(message, warnings)
 
     bench, chosen = plot_data.visualised(settings, cells)
+    kept = Kept(FIGURE_CACHE, ".png")
     tsne_notes: list[str] = []       # told in the t-SNE job, so that the warnings keep one order
     with ThreadPoolExecutor(1) as background:
         embedded = background.submit(plot_data.embeddings, chosen, tsne_notes.append) if chosen else None
@@ -266,16 +318,18 @@ def draw_all(settings: ReportSettings, display: Display, cells: list[RunResult],
             found = embedded.result()
             for message in tsne_notes:
                 note(message)
-            return plot_tsne(bench, found, display, out_dir / f"{bench}-tsne.png")
+            return plot_tsne(bench, found, display, out_dir / f"{bench}-tsne.png", kept)
 
-        jobs = [("curves", lambda: plot_curves(curves, settings.curves.groups, display, out_dir)),
+        jobs = [("curves", lambda: plot_curves(curves, settings.curves.groups, display, out_dir, kept)),
                 ("sensitivity", lambda: plot_sensitivity(settings.sensitivity, plot_data.sweep_panels(settings, cells),
-                                                         out_dir / "sensitivity.png"))]
+                                                         out_dir / "sensitivity.png", kept))]
         if chosen:
             jobs += [("confusion", lambda: plot_confusions(bench, confusions, display,
-                                                           out_dir / f"{bench}-confusion.png")),
+                                                           out_dir / f"{bench}-confusion.png", kept)),
                      ("t-SNE", tsne)]
-        return [path for name, job in jobs for path in _drawn(name, job, note)]
+        drawn = [path for name, job in jobs for path in _drawn(name, job, note)]
+    kept.prune()
+    return drawn
 
 
 def _drawn(name: str, job, note) -> list[Path]:

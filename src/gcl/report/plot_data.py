@@ -9,12 +9,10 @@ paper's Figure 4).
 from __future__ import annotations
 
 import csv
-import hashlib
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +20,8 @@ from threadpoolctl import threadpool_limits
 
 from gcl.core.atomic import atomic_path
 from gcl.core.layout import run_dir
-from gcl.core.progress_files import PROGRESS_DIR
 from gcl.core.results import RunResult, SeedResult
+from gcl.report.cache import CACHE_DIR, Kept, key_of
 from gcl.report.common import ReportError
 from gcl.report.settings import ReportSettings, Sweep
 from gcl.report.summary import ResolvedReport
@@ -144,38 +142,35 @@ def embed_tsne(features: np.ndarray) -> np.ndarray:
         return TSNE(n_components=2, init="pca", perplexity=perplexity, random_state=0).fit_transform(features)
 
 
-# t-SNE is most of a report's time (seconds per run); an embedding is kept here, outside results/ (which DVC empties
-# before the stage runs), under a key of all it is computed from, so a report recomputes only the runs that changed
-TSNE_CACHE = PROGRESS_DIR / ".report-cache" / "tsne"
+# t-SNE is most of a report's time (seconds per run): each embedding is kept (gcl.report.cache) under a key of all
+# it is computed from, so a report recomputes only the runs whose features changed
+TSNE_CACHE = CACHE_DIR / "tsne"
 
 
 def tsne_key(features: np.ndarray) -> str:
     """What an embedding is computed from: the features (bytes, shape, type), this module's code (embed_tsne's
     settings) and scikit-learn's version."""
-    digest = hashlib.sha256(Path(__file__).read_bytes())
-    digest.update(repr((features.shape, features.dtype.str, version("scikit-learn"))).encode())
-    digest.update(np.ascontiguousarray(features).tobytes())
-    return digest.hexdigest()[:40]
+    return key_of([Path(__file__)], ["scikit-learn"], np.ascontiguousarray(features))
 
 
 def cached_tsne(features: list[np.ndarray], cache: Path = TSNE_CACHE) -> list[np.ndarray]:
     """embed_tsne of each, taken from `cache` where an earlier report computed it from the same features, the rest
     computed (one embedding per thread) and kept there; the cache then holds these embeddings only."""
-    keys = [tsne_key(f) for f in features]
-    found = {key: _cached(cache / f"{key}.npy") for key in keys}
-    todo = {key: f for key, f in zip(keys, features) if found[key] is None}
+    kept = Kept(cache, ".npy")
+    paths = [kept.path(tsne_key(f)) for f in features]
+    found = {path: _cached(path) for path in paths}
+    todo = {path: f for path, f in zip(paths, features) if found[path] is None}
     if todo:
         # one embedding per thread, each on one OpenMP thread (and BLAS on one): faster than one at a time on all
         # cores (its gradient's sums release the GIL), and the same floats on any machine (the order of a
         # multi-threaded sum follows the cores)
         with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(min(len(todo), os.cpu_count() or 1)) as pool:
             found.update(zip(todo, pool.map(embed_tsne, todo.values())))
-        for key in todo:
-            with atomic_path(cache / f"{key}.npy") as tmp, tmp.open("wb") as f:
-                np.save(f, found[key])
-    for stale in set(cache.glob("*.npy")) - {cache / f"{key}.npy" for key in keys}:
-        stale.unlink(missing_ok=True)
-    return [found[key] for key in keys]
+        for path in todo:
+            with atomic_path(path) as tmp, tmp.open("wb") as f:
+                np.save(f, found[path])
+    kept.prune()
+    return [found[path] for path in paths]
 
 
 def _cached(path: Path) -> np.ndarray | None:
