@@ -27,6 +27,9 @@ What holds:
   only on the stage's go-ahead, so a server that wakes up after its stage gave up runs nothing.
 - If the stage process (the launcher DVC started) dies, its child ends too, and the child's worker processes
   with it; a child killed by a signal ends the stage by the same signal, and Ctrl-C reaches the child.
+- Warm or cold, Ctrl-C (SIGINT) stops a stage even where it was started with SIGINT ignored (a shell starts a
+  script's background commands so, `dvc repro &`): the launcher restores Python's own handling, where a cold
+  `python <script>` would sit through it.
 - Warm or cold, an error the user can fix ends the stage as one line (gcl.core.errors.error_line); any other
   shows the script's own traceback, without the launcher's frames above it.
 - GCL_WARM=0 switches warm processes off: every stage runs cold. Any failure to reach a server runs the stage

@@ -5,10 +5,12 @@ the exit status), in a warm server's child when one is available, else cold in t
     python -m gcl.warm stages/train.py mnist-360-er-200        # warm, or cold where no server can be had
     GCL_WARM=0 python -m gcl.warm stages/train.py ...          # always cold: warm processes switched off
 
-Either way an error the user can fix ends the stage as one line, and the stage ends when its parent (`dvc
-repro`) does. The guarantees are gcl.warm's; GCL_WARM_KEEP_ALIVE and GCL_WARM_ACK_TIMEOUT tune the server's
-idle time and a stage's wait for it (gcl.warm.server, gcl.warm.client).
+Either way an error the user can fix ends the stage as one line, the stage ends when its parent (`dvc repro`)
+does, and Ctrl-C (SIGINT) stops it even where it was started with SIGINT ignored. The guarantees are gcl.warm's;
+GCL_WARM_KEEP_ALIVE and GCL_WARM_ACK_TIMEOUT tune the server's idle time and a stage's wait for it
+(gcl.warm.server, gcl.warm.client).
 """
+import signal
 import sys
 
 from gcl.core.processes import die_with_parent
@@ -22,10 +24,19 @@ def main(argv: list[str]) -> None:
     if not argv or argv[0].startswith("-"):
         sys.exit(USAGE)
     die_with_parent()   # a killed `dvc repro` must not leave this stage (and so its warm child) running
+    react_to_ctrl_c()
     status = run_stage(argv[0], argv[1:])
     if status is not None:
         sys.exit(status)
     stage.run(stage.prepare(argv[0], argv[1:]))    # cold: Python itself handles what the script raises
+
+
+def react_to_ctrl_c() -> None:
+    """Let Ctrl-C (SIGINT) stop the stage, warm or cold, however it was started: a shell starts the background
+    commands of a script (`dvc repro &`, `nohup ... &`) with SIGINT ignored, and Python keeps it ignored, so such a
+    stage would sit through every Ctrl-C and `kill -INT` sent to it. A stage stopped so resumes from its
+    checkpoints (docs/running.md)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 if __name__ == "__main__":

@@ -48,11 +48,15 @@ def run_stage(script: str, args: list[str]) -> int | None:
         if ack is None or "child" not in ack:   # a stale server (it shuts down) or a lost connection
             conn.close()
             return None
+        # from the go-ahead on a Ctrl-C is the child's: held back until _wait_status passes it on, so that one
+        # arriving before this process waits (the child may be running the script already) is not lost
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         # the standard streams go with the go-ahead, never before: a server that never takes the request must not
         # hold them (a caller reading this stage's output through a pipe would wait for it forever)
         socket.send_fds(conn, [GO_AHEAD], [0, 1, 2])
         conn.settimeout(None)
     except OSError:                             # socket.timeout included: a stopped or stuck server
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         conn.close()
         return None
     status = _wait_status(conn, ack["child"])
@@ -76,9 +80,11 @@ def _owner() -> int:
 
 
 def _wait_status(conn: socket.socket, child: int) -> int | None:
-    """The child's exit status; Ctrl-C here is passed on to the child (it is not in the terminal's process group)."""
+    """The child's exit status; Ctrl-C here (held back since the go-ahead) is passed on to the child (it is not in the
+    terminal's process group)."""
     while True:
         try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})    # a Ctrl-C held back arrives here
             reply = receive(conn)
             return None if reply is None or "status" not in reply else int(reply["status"])
         except KeyboardInterrupt:

@@ -123,8 +123,12 @@ def _fork_stage(key: str, conn: socket.socket, listener: socket.socket) -> tuple
             pass
         conn.close()
         return None, None
+    # the child holds Ctrl-C back until it has the stage's handler (_run_child): one passed on by the client before
+    # that must reach the stage's script, not the server's code the child is still running
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     pid = os.fork()
     if pid:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         try:
             send(conn, {"child": pid})
         except OSError:
@@ -162,6 +166,7 @@ def _run_child(request: dict, fds: list[int]) -> None:
             os.close(fd)
         sys.stdout.reconfigure(line_buffering=sys.stdout.isatty())   # as Python sets up a stage's own stdout
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})    # one held back since the fork arrives here
         os.umask(request["umask"])
         os.chdir(request["cwd"])
         os.environ.clear()
