@@ -11,6 +11,7 @@
 - figures: the PNG figures, drawn from plot_data
 - write: results/, all outputs or none
 - reproductions: committed reproductions, verified against their own dvc.lock
+- cache: what a report keeps for the next (t-SNE embeddings, figures), under keys of all they are made from
 - common: the report's error type, its warnings, the order of buffers
 
 Nothing is imported here, so that gcl.config can read the report's settings without loading pandas and

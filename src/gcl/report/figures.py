@@ -310,36 +310,38 @@ def draw_all(settings: ReportSettings, display: Display, cells: list[RunResult],
 
     bench, chosen = plot_data.visualised(settings, cells)
     kept = Kept(FIGURE_CACHE, ".png")
-    tsne_notes: list[str] = []       # told in the t-SNE job, so that the warnings keep one order
+    # the features are read (and their warnings given) before any figure; their t-SNE, the slowest part, is
+    # computed in the background while the other figures are drawn
+    usable = _attempt("t-SNE", lambda: plot_data.visualised_features(chosen, note), note, None) if chosen else None
     with ThreadPoolExecutor(1) as background:
-        embedded = background.submit(plot_data.embeddings, chosen, tsne_notes.append) if chosen else None
-
-        def tsne() -> Path | None:
-            found = embedded.result()
-            for message in tsne_notes:
-                note(message)
-            return plot_tsne(bench, found, display, out_dir / f"{bench}-tsne.png", kept)
-
+        embedded = background.submit(plot_data.embeddings, usable) if usable is not None else None
         jobs = [("curves", lambda: plot_curves(curves, settings.curves.groups, display, out_dir, kept)),
                 ("sensitivity", lambda: plot_sensitivity(settings.sensitivity, plot_data.sweep_panels(settings, cells),
                                                          out_dir / "sensitivity.png", kept))]
         if chosen:
-            jobs += [("confusion", lambda: plot_confusions(bench, confusions, display,
-                                                           out_dir / f"{bench}-confusion.png", kept)),
-                     ("t-SNE", tsne)]
+            jobs.append(("confusion", lambda: plot_confusions(bench, confusions, display,
+                                                              out_dir / f"{bench}-confusion.png", kept)))
+        if embedded:
+            jobs.append(("t-SNE", lambda: plot_tsne(bench, embedded.result(), display, out_dir / f"{bench}-tsne.png",
+                                                    kept)))
         drawn = [path for name, job in jobs for path in _drawn(name, job, note)]
     kept.prune()
     return drawn
 
 
 def _drawn(name: str, job, note) -> list[Path]:
-    """The files one figure job drew; a job that fails is skipped with a warning (`note`), but a params error
-    (ReportError) still stops the report."""
+    """The files one figure job drew (none where it failed: _attempt)."""
+    result = _attempt(name, job, note, None)
+    return result if isinstance(result, list) else [result] if result else []
+
+
+def _attempt(name: str, job, note, failed):
+    """`job()`, or `failed` with a warning (`note`) where it raises: one figure must not cost the tables. A params
+    error (ReportError) still stops the report."""
     try:
-        result = job()
+        return job()
     except ReportError:
         raise
-    except Exception as exc:   # one figure must not cost the tables
+    except Exception as exc:
         note(f"figure {name} skipped: {type(exc).__name__}: {exc}")
-        return []
-    return result if isinstance(result, list) else [result] if result else []
+        return failed

@@ -181,9 +181,19 @@ def _cached(path: Path) -> np.ndarray | None:
         return None
 
 
-def embeddings(cells: list[RunResult], warn: Callable[[str], None]) -> list[Embedding]:
-    """The t-SNE of each run's features.pt (cached_tsne); runs whose features are missing or degenerate are skipped
-    with a warning."""
+@dataclass(frozen=True)
+class Features:
+    """One visualised run's final penultimate features of the evaluation images (first seed), and their classes."""
+
+    method: str
+    buffer: str
+    seed: int
+    features: np.ndarray   # (images, dims), float32
+    labels: np.ndarray     # (images,)
+
+
+def visualised_features(cells: list[RunResult], warn: Callable[[str], None]) -> list[Features]:
+    """Each run's features.pt; runs whose features are missing or degenerate are skipped with a warning."""
     import torch
     usable = []
     for c in cells:
@@ -197,10 +207,14 @@ def embeddings(cells: list[RunResult], warn: Callable[[str], None]) -> list[Embe
         if why:
             warn(f"t-SNE: {file}: {why}; {c.method}/{c.buffer} skipped")
             continue
-        usable.append((c, saved, features))
-    xys = cached_tsne([features for _, _, features in usable]) if usable else []
-    return [Embedding(c.method, str(c.buffer), int(saved["seed"]), xy, saved["labels"].numpy())
-            for (c, saved, _), xy in zip(usable, xys)]
+        usable.append(Features(c.method, str(c.buffer), int(saved["seed"]), features, saved["labels"].numpy()))
+    return usable
+
+
+def embeddings(usable: list[Features]) -> list[Embedding]:
+    """The t-SNE of each run's features (cached_tsne)."""
+    xys = cached_tsne([f.features for f in usable]) if usable else []
+    return [Embedding(f.method, f.buffer, f.seed, xy, f.labels) for f, xy in zip(usable, xys)]
 
 
 # ---------------------------------------------------------------------------- the sensitivity sweeps
