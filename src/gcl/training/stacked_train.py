@@ -25,6 +25,7 @@ from gcl.core.results import SeedResult
 from gcl.core.stacked_resnet import stack_networks
 from gcl.data.augment import SeedwiseTransform
 from gcl.data.benchmarks import BenchmarkData, TrainingSettings
+from gcl.data.stream import Stream
 from gcl.methods.base import RunSettings
 from gcl.methods.stacked import STACKED, StackedMethod
 from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
@@ -77,10 +78,8 @@ def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSett
     net = stack_networks([s.net for s in setups]).to(device)
     transform = SeedwiseTransform(setups[0].loop.train_transform, augment_generators)
     method = STACKED[run.algorithm](net, run, [s.method for s in setups], transform)
-    pools = torch.stack([s.loop.pool for s in setups])              # (S, pool, ...): each seed's own images
-    labels = torch.stack([s.loop.labels for s in setups])
+    pool = GroupPool(streams, device)
     orders = torch.stack([st.order for st in streams]).to(device)   # (S, samples)
-    rows = torch.arange(n, device=device).unsqueeze(1)
     eval_after, task_ends = set(stream.eval_after), set(stream.task_ends)
     has_tasks = setups[0].loop.has_tasks
     progress = progress or Progress(run.method)
@@ -95,8 +94,7 @@ def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSett
     timer = Timer(device)          # the training steps only, as a lone seed's (evaluations left out)
     timer.start()
     for step in range(group.step, stream.steps):
-        idx = orders[:, stream.bounds[step]:stream.bounds[step + 1]]
-        x_raw, y = pools[rows, idx], labels[rows, idx]
+        x_raw, y = pool.batch(orders[:, stream.bounds[step]:stream.bounds[step + 1]])
         group.loss_sum += method.observe(transform(x_raw), y, x_raw)
         group.loss_steps += 1
         if step in eval_after:
@@ -134,6 +132,28 @@ def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSett
         results[seed] = seed_result(setup, scores, bench, training, device, (feature_samples or {}).get(seed, 0),
                                     stacked=n)
     return results
+
+
+class GroupPool:
+    """A stacked group's training images and labels on the device: one copy where every seed's stream holds the
+    same pool (a sequential benchmark's: each seed only orders it its own way), else each seed's own pool, stacked
+    (MNIST-360's, rotated by each seed's draws). So a group on Tiny ImageNet holds its 1.2 GB once, not once a seed."""
+
+    def __init__(self, streams: list[Stream], device: torch.device):
+        first = streams[0]
+        self.shared = all(st.images is first.images and st.labels is first.labels for st in streams)
+        if self.shared:
+            self.images, self.labels = first.images.to(device), first.labels.to(device)
+        else:
+            self.images = torch.stack([st.images for st in streams]).to(device)       # (S, pool, ...)
+            self.labels = torch.stack([st.labels for st in streams]).to(device)
+            self.rows = torch.arange(len(streams), device=device).unsqueeze(1)
+
+    def batch(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each seed's images and labels at its pool indices `idx` (S, B): (S, B, ...) and (S, B)."""
+        if self.shared:
+            return self.images[idx], self.labels[idx]
+        return self.images[self.rows, idx], self.labels[self.rows, idx]
 
 
 class _GroupState:

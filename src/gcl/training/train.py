@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import random
 import time
 from collections.abc import Callable
@@ -197,7 +198,6 @@ class StreamLoop:
         self.evaluate, self.has_tasks, self.device, self.amp = evaluate, has_tasks, device, amp
         self.checkpoint_at_task_ends = checkpoint_at_task_ends
         self.tell_boundaries = method.needs_boundaries and has_tasks
-        self.pool, self.labels = stream.images.to(device), stream.labels.to(device)
         self.step = 0          # the next step to run
         self.task = 0
         self.rows, self.loss_curve = [], []
@@ -209,6 +209,16 @@ class StreamLoop:
         # the confusion matrix of an evaluation of the final model (the last step's, unless `finish` changes the
         # model after it): the seed's result takes it instead of another pass over the evaluation set
         self.final_confusion: list[list[int]] | None = None
+
+    # the stream's images and labels on the device, copied when the loop first uses them: a stacked group
+    # (gcl.training.stacked_train) never runs its seeds' loops, and keeps one copy for all of them
+    @functools.cached_property
+    def pool(self) -> torch.Tensor:
+        return self.stream.images.to(self.device)
+
+    @functools.cached_property
+    def labels(self) -> torch.Tensor:
+        return self.stream.labels.to(self.device)
 
     # -------------------------------------------------------------- checkpoints
 
