@@ -62,6 +62,11 @@ def test_no_number_under_a_paper_heading_is_not_the_coca_papers(with_other_paper
     assert t1["er"]["B=200 paper"] == "49.27" and t1["er"]["B=200 DER paper"] == "-"
 
 
+def test_the_committed_tables_hold_no_other_papers_number_under_paper():
+    numbers = paper_column_numbers((ROOT / "results/tables.md").read_text())
+    assert numbers and set(numbers) <= coca_paper_numbers()
+
+
 def test_a_reference_file_must_say_whose_numbers_it_holds(resolved, tmp_path):
     unnamed = tmp_path / "other_paper_results.csv"
     unnamed.write_text("table,setting,benchmark,method,buffer,accuracy\nother,class-il,mnist-360,er,200,50.0\n")
