@@ -8,6 +8,10 @@ and benchmarks, `check@runs` the runs and the report; each writes one small JSON
 and every other stage depends on its own file only. So a changed caption re-runs the report alone, a changed
 thread count nothing, and a typo in a run stops `dvc repro` before any training (data preparation does not
 depend on the runs).
+
+About 400 lines: besides validating and resolving, it tells a mistyped name the closest known one (did_you_mean,
+and _validate for a key at any depth of a block), here rather than in a module of its own because the check stages
+depend on this file by name (dvc.yaml).
 """
 from __future__ import annotations
 
