@@ -16,9 +16,11 @@ import hashlib
 import http.server
 import io
 import pickle
+import struct
 import tarfile
 import threading
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -119,14 +121,36 @@ def write_image_folder(root: Path, images: dict, suffix: str = ".png") -> Path:
     return root
 
 
-def zip_folder(folder: Path, archive: Path, top: bool = True) -> Path:
-    """A zip of `folder`'s files, under a top folder of its name (`top`) or at the zip's root."""
+def zip_folder(folder: Path, archive: Path, top: bool = True, lead: str = "") -> Path:
+    """A zip of `folder`'s files, under a top folder of its name (`top`) or at the zip's root, each member's name
+    starting with `lead` (`./` or `/`, as some archivers write them; ZipFile.write would drop it)."""
     with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as z:
         for path in sorted(folder.rglob("*")):
             if path.is_file():
                 rel = path.relative_to(folder.parent if top else folder).as_posix()
-                z.write(path, rel)
+                z.writestr(zipfile.ZipInfo(lead + rel, date_time=(2020, 1, 1, 0, 0, 0)), path.read_bytes(),
+                           compress_type=zipfile.ZIP_DEFLATED)
     return archive
+
+
+def png16(pixels: np.ndarray) -> bytes:
+    """A 16-bit PNG written byte by byte (PIL writes 16-bit grey only): `pixels` uint16 (H, W) grey, (H, W, 2) grey
+    and alpha, (H, W, 3) RGB or (H, W, 4) RGBA; big-endian samples, filter 0 on every row, as the PNG spec lays them."""
+    height, width = pixels.shape[:2]
+    channels = 1 if pixels.ndim == 2 else pixels.shape[2]
+    colour_type = {1: 0, 2: 4, 3: 2, 4: 6}[channels]      # grey, grey and alpha, RGB, RGBA
+    rows = b"".join(b"\0" + row.astype(">u2").tobytes() for row in pixels)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    header = struct.pack(">IIBBBBB", width, height, 16, colour_type, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+def pgm16(pixels: np.ndarray, maxval: int = 65535) -> bytes:
+    """A binary 16-bit PGM (P5): uint16 (H, W) values up to `maxval`, big-endian."""
+    height, width = pixels.shape
+    return f"P5\n{width} {height}\n{maxval}\n".encode() + pixels.astype(">u2").tobytes()
 
 
 WNIDS = ["n02124075", "n01443537", "n09256479"]   # deliberately not sorted: wnids.txt sets the order
