@@ -21,7 +21,7 @@ from PIL import Image
 
 from gcl.config import ParamsError, check_data, resolve_source, source_kind
 from gcl.core.settings import ParamsError as SettingsError
-from gcl.data import image_files, random_sources
+from gcl.data import folder_sources, image_files, random_sources
 from gcl.data.folder_sources import channel_stats
 from gcl.data.image_sources import NORMALIZATION
 from gcl.data.random_sources import SourceShape, shape_name
@@ -159,6 +159,7 @@ def test_like_checks_the_class_count_images_per_class_and_image_size(tmp_path, m
         read(root, like="cifar10")
     assert re.search(r"copy is not shaped like cifar10 \(the source's `like`\): 3 classes, not 10\. Fix: point "
                      r"`path` at a complete copy of cifar10", one_line(e))
+    monkeypatch.setitem(folder_sources.LIKE_CLASSES, "cifar10", tuple(sorted(CLASSES)))
     monkeypatch.setitem(random_sources.SOURCE_SHAPES, "cifar10", SourceShape(3, 12, (3, 3, 2), (3, 32, 32),
                                                                                NORMALIZATION["cifar10"]))
     with pytest.raises(SourceError) as e:          # the counts: checked before any image is decoded

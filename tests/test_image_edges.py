@@ -20,7 +20,7 @@ import pytest
 import torch
 from PIL import Image
 
-from gcl.data import random_sources
+from gcl.data import folder_sources, random_sources
 from gcl.data.image_files import ImageFiles, natural
 from gcl.data.image_sources import NORMALIZATION
 from gcl.data.random_sources import SourceShape
@@ -308,3 +308,74 @@ def test_an_archive_of_8_bit_rgb_jpegs_and_pngs_reads_to_the_pixels_pil_gives_in
         assert data[f"{split}_y"].tolist() == [k for k, _ in expected[split]]
         assert torch.equal(data[f"{split}_x"], torch.from_numpy(np.stack([x for _, x in expected[split]])))
 
+
+# --- like: the class names too ------------------------------------------------------------------------------
+
+def _like_folder(tmp_path: Path, classes: list[str], per_class: int = 2) -> Path:
+    """A folder of 8x8 images, `per_class` training and 1 test image per class."""
+    rng = np.random.default_rng(8)
+    make = lambda n: [rng.integers(0, 256, (3, 8, 8), dtype=np.uint8) for _ in range(n)]
+    return write_image_folder(tmp_path / "copy", {"train": {c: make(per_class) for c in classes},
+                                                  "test": {c: make(1) for c in classes}})
+
+
+@pytest.fixture
+def small_cifar10(monkeypatch):
+    """CIFAR-10's shape cut to 2 / 1 images of 8x8 per class (its ten classes kept)."""
+    monkeypatch.setitem(random_sources.SOURCE_SHAPES, "cifar10", SourceShape(10, 2, 1, (3, 8, 8),
+                                                                               NORMALIZATION["cifar10"]))
+
+
+def test_like_knows_each_datasets_class_names_in_label_order():
+    assert set(folder_sources.LIKE_CLASSES) == set(random_sources.SOURCE_SHAPES)
+    for like, names in folder_sources.LIKE_CLASSES.items():
+        assert len(names) == len(set(names)) == random_sources.SOURCE_SHAPES[like].classes, like
+        assert list(names) == sorted(names), like       # the order the folders sort in: the default label order
+    assert list(folder_sources.LIKE_CLASSES["cifar10"]) == CIFAR10_NAMES
+    wnids = folder_sources.LIKE_CLASSES["tinyimagenet"]
+    assert all(re.fullmatch(r"n\d{8}", w) for w in wnids) and {"n01443537", "n02124075", "n12267677"} <= set(wnids)
+
+
+def test_like_cifar10_refuses_class_folders_named_otherwise_naming_them(tmp_path, small_cifar10):
+    """Folders named plane, car, ... hold CIFAR-10's counts and size, but sort into other labels (car 1, plane 7):
+    the benchmark's task pairs would not be the paper's."""
+    names = ["plane", "car", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+    root = _like_folder(tmp_path, names)
+    assert read(root)["classes"][:2] == ["bird", "car"]           # without `like`: read as they are
+    with pytest.raises(SourceError) as e:
+        read(root, like="cifar10")
+    assert re.search(r"copy: the class folders car, plane of train/ are not cifar10's classes \(the source's "
+                     r"`like`\), which has airplane, automobile instead: the labels would not be cifar10's\. Fix: "
+                     r"rename the class folders \(in train/ and test/\) to cifar10's names \(airplane, automobile, "
+                     r"bird, cat, deer, dog, frog, horse, ship, truck\), or remove `like` if the copy is not "
+                     r"cifar10\.$", one_line(e))
+    (root / "train" / "plane").rename(root / "train" / "airplane")
+    (root / "test" / "plane").rename(root / "test" / "airplane")
+    (root / "train" / "car").rename(root / "train" / "automobile")
+    (root / "test" / "car").rename(root / "test" / "automobile")
+    assert read(root, like="cifar10")["classes"] == CIFAR10_NAMES
+
+
+def test_like_refuses_classes_that_number_the_folders_otherwise(tmp_path, small_cifar10):
+    root = _like_folder(tmp_path, CIFAR10_NAMES)
+    swapped = ["automobile", "airplane", *CIFAR10_NAMES[2:]]
+    with pytest.raises(SourceError) as e:
+        read(root, like="cifar10", classes=swapped)
+    assert re.search(r"the source's `classes` numbers .*copy's classes otherwise than cifar10 does \(label 0 is "
+                     r"automobile, where cifar10's is airplane\)\. Fix: remove `classes`", one_line(e))
+    assert read(root, like="cifar10", classes=CIFAR10_NAMES)["classes"] == CIFAR10_NAMES
+
+
+def test_like_tinyimagenet_names_a_folder_that_is_not_one_of_its_wnids(tmp_path, monkeypatch):
+    monkeypatch.setitem(random_sources.SOURCE_SHAPES, "tinyimagenet",
+                        SourceShape(200, 1, 1, (3, 8, 8), NORMALIZATION["tinyimagenet"]))
+    wnids = list(folder_sources.LIKE_CLASSES["tinyimagenet"])
+    root = _like_folder(tmp_path, [*wnids[:-1], "n99999999"], per_class=1)
+    with pytest.raises(SourceError) as e:
+        read(root, like="tinyimagenet")
+    assert re.search(r"copy: the class folders n99999999 of train/ are not tinyimagenet's classes \(the source's "
+                     r"`like`\), which has n12267677 instead: .* Fix: rename the class folders \(in train/ and "
+                     r"test/\) to tinyimagenet's names \(n01443537, n01629819, .* and 190 more\)", one_line(e))
+    for split in ("train", "test"):
+        (root / split / "n99999999").rename(root / split / "n12267677")
+    assert read(root, like="tinyimagenet")["classes"] == wnids

@@ -14,6 +14,18 @@ import torch
 from gcl.data.image_sources import ArchiveSourceSettings, locate_archive, stats
 from gcl.data.source_registry import SourceError, register_source
 
+# the class names in label order, as batches.meta (label_names) and meta (fine_label_names) hold them: sorted
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+CIFAR100_CLASSES = tuple("""
+apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy bridge bus butterfly camel can castle
+caterpillar cattle chair chimpanzee clock cloud cockroach couch crab crocodile cup dinosaur dolphin elephant flatfish
+forest fox girl hamster house kangaroo keyboard lamp lawn_mower leopard lion lizard lobster man maple_tree motorcycle
+mountain mouse mushroom oak_tree orange orchid otter palm_tree pear pickup_truck pine_tree plain plate poppy porcupine
+possum rabbit raccoon ray road rocket rose sea seal shark shrew skunk skyscraper snail snake spider squirrel streetcar
+sunflower sweet_pepper table tank telephone television tiger tractor train trout tulip turtle wardrobe whale
+willow_tree wolf woman worm
+""".split())
+
 
 def _cifar_files(cls) -> dict[str, str]:
     """File name -> MD5 of every file torchvision's class reads, taken from torchvision itself."""

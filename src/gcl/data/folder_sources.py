@@ -5,18 +5,21 @@ source kind `image-folder`, for a copy of a dataset on a machine that cannot dow
       cifar10-jpeg: {kind: image-folder, path: /data/cifar10-jpeg.tar.gz, like: cifar10}
 
 `path` is a folder, or a .tar / .tar.gz / .tgz / .zip of one, holding train/<class>/<image> and
-test/<class>/<image> (JPEG, PNG or another format PIL reads; hidden files such as .DS_Store are skipped),
-possibly all under one top folder. It is read where it is (gcl.data.image_files: nothing is extracted), once, by
-prepare@, into the tensors every source writes. Labels follow the class folders sorted by name (as ImageFolder
-numbers them) unless `classes` gives the order; a class's images are taken in their names' natural order (2.png
-before 10.png); grey-scale, palette and RGBA images become RGB (alpha dropped), or every image grey-scale with
-`channels: 1`. The images must all have one size, unless `image_size` resizes every other one (PIL's bilinear
-filter, antialiased when it shrinks; stretched to a square); `resize: false` refuses them instead. The
-normalisation mean and std are computed from the training images (per channel, in [0, 1] units, over every pixel)
-unless `mean` and `std` give them. `like` names the published dataset the folder copies (e.g. cifar10): its class
-count, images per class and image size are checked before anything is decoded, and the dry-run and timing tools
-stand in for the folder with random images of that shape (gcl.data.random_sources.shape_name). DVC does not watch
-the folder: after changing its contents, `dvc repro -f prepare@<source>`.
+test/<class>/<image> (JPEG, PNG or another format PIL reads; hidden files such as .DS_Store are skipped; symbolic
+links followed, as ImageFolder follows them), possibly all under one top folder. It is read where it is
+(gcl.data.image_files: nothing is extracted), once, by prepare@, into the tensors every source writes. Labels
+follow the class folders sorted by name (as ImageFolder numbers them) unless `classes` gives the order; a class's
+images are taken in their names' natural order (2.png before 10.png; 01.png before 1.png, by the names
+themselves, so that every process reads them in one order); grey-scale, palette and RGBA images become RGB (alpha
+dropped), 16-bit images 8-bit (the high byte), or every image grey-scale with `channels: 1`. The images must all
+have one size, unless `image_size` resizes every other one (PIL's bilinear filter, antialiased when it shrinks;
+stretched to a square); `resize: false` refuses them instead. The normalisation mean and std are computed from the
+training images (per channel, in [0, 1] units, over every pixel) unless `mean` and `std` give them. `like` names
+the published dataset the folder copies (e.g. cifar10): its class count, class names in label order (CIFAR-10's
+airplane ... truck, Tiny ImageNet's WordNet ids; each sorted, as the folders sort), images per class and image
+size are checked before anything is decoded, and the dry-run and timing tools stand in for the folder with random
+images of that shape (gcl.data.random_sources.shape_name). DVC does not watch the folder: after changing its
+contents, `dvc repro -f prepare@<source>`.
 """
 from __future__ import annotations
 
@@ -28,12 +31,19 @@ import torch
 from pydantic import Field, model_validator
 
 from gcl.core.settings import Settings
+from gcl.data.cifar_sources import CIFAR10_CLASSES, CIFAR100_CLASSES
 from gcl.data.image_files import IMAGE_SUFFIXES, ImageFiles, hidden, is_image, natural, some
 from gcl.data.random_sources import SOURCE_SHAPES
 from gcl.data.source_registry import SourceError, register_source
+from gcl.data.tinyimagenet_sources import TINY_WNIDS
 
 FOLDER_KIND = "image-folder"
 STATS_CHUNK = 1 << 23     # pixel values summed at a time for the mean and std (64 MB as int64)
+DIGITS = tuple(str(d) for d in range(10))
+# each published dataset's class names in its label order, which is the order its folders sort in: what `like`
+# checks, so that a copy's labels (and so a benchmark's tasks) are the dataset's
+LIKE_CLASSES = {"mnist": DIGITS, "mnist-bundled": DIGITS, "cifar10": CIFAR10_CLASSES, "cifar100": CIFAR100_CLASSES,
+                "tinyimagenet": TINY_WNIDS}
 
 
 class ImageFolderSettings(Settings):
@@ -135,11 +145,13 @@ def _classes(files: ImageFiles, splits: dict, settings: ImageFolderSettings) -> 
 
 
 def _check_like(files: ImageFiles, splits: dict, classes: list[str], like: str) -> None:
-    """The folder's class count and images per class must be those of the published dataset `like`."""
+    """The folder's class count, class names in label order and images per class must be those of the published
+    dataset `like`."""
     shape, problems = SOURCE_SHAPES[like], []
     if len(classes) != shape.classes:
         problems.append(f"{len(classes)} classes, not {shape.classes}")
     else:
+        _check_like_names(files, classes, like)
         for split in ("train", "test"):
             for c, want in zip(classes, shape.counts(split)):
                 if len(splits[split][c]) != want:
@@ -148,6 +160,24 @@ def _check_like(files: ImageFiles, splits: dict, classes: list[str], like: str) 
         raise SourceError(f"{files.where} is not shaped like {like} (the source's `like`): {some(problems, 3)}. Fix: "
                           f"point `path` at a complete copy of {like}, or remove `like` (the dry-run and timing tools "
                           "then know no shape for it).")
+
+
+def _check_like_names(files: ImageFiles, classes: list[str], like: str) -> None:
+    """The class folders must be named as `like`'s classes and be in its label order: a copy whose folders are
+    named otherwise (plane, car, ...) sorts into other labels, and so other tasks, than the dataset's."""
+    published = list(LIKE_CLASSES[like])
+    foreign = [c for c in classes if c not in published]
+    if foreign:
+        missing = [c for c in published if c not in classes]
+        raise SourceError(f"{files.where}: the class folders {some(foreign)} of {files.prefix}train/ are not "
+                          f"{like}'s classes (the source's `like`), which has {some(missing)} instead: the labels "
+                          f"would not be {like}'s. Fix: rename the class folders (in train/ and test/) to {like}'s "
+                          f"names ({some(published, 10)}), or remove `like` if the copy is not {like}.")
+    if classes != published:
+        k = next(k for k, (c, p) in enumerate(zip(classes, published)) if c != p)
+        raise SourceError(f"the source's `classes` numbers {files.where}'s classes otherwise than {like} does "
+                          f"(label {k} is {classes[k]}, where {like}'s is {published[k]}). Fix: remove `classes` "
+                          f"(the folders then sort into {like}'s label order).")
 
 
 def channel_stats(x: torch.Tensor) -> tuple[list[float], list[float]]:
