@@ -1,0 +1,90 @@
+"""The command's options: `python -m gcl.cluster --help` (docs/running.md, "Many machines")."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gcl.cluster import ClusterError
+from gcl.cluster.driver import Plan, drive, status
+from gcl.cluster.executors import JobOptions
+from gcl.core.errors import error_line
+
+EXAMPLES = """examples:
+  python -m gcl.cluster --scratch /shared/$USER/coca-scratch --gpus 1 --cpus 8 --time 720 --max-parallel 16
+  python -m gcl.cluster --scratch /tmp/coca-scratch --executor local --max-parallel 2
+  python -m gcl.cluster --status
+"""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m gcl.cluster", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Train the train@ cells a `dvc repro` would run as jobs (Slurm, or local processes), each in a "
+                    "clone of its own, then gather them through DVC's run cache and write the report.")
+    p.add_argument("--status", action="store_true", help="where the cells of the jobs submitted earlier stand")
+    p.add_argument("--scratch", type=Path, help="a folder the jobs reach (shared storage, for Slurm): one clone per "
+                   "cell, their records and logs, submitit's files")
+    p.add_argument("--executor", choices=("slurm", "local"), default="slurm")
+    p.add_argument("--max-parallel", type=int, help="jobs running at once (Slurm: the array's throttle; local: "
+                   "default 2)")
+    p.add_argument("--cells-per-job", type=int, default=1, help="cells that share one job (and its GPUs), side by side")
+    p.add_argument("--share", choices=("auto", "remote", "cache"), default="auto", help="how jobs hand results "
+                   "back: the default DVC remote, or this workspace's DVC cache folder (auto: the remote if set)")
+    p.add_argument("--partition", help="Slurm partition")
+    p.add_argument("--time", type=int, default=JobOptions.time_min, metavar="MINUTES",
+                   help="time limit per job; a job that reaches it is requeued and resumes (default 1440)")
+    p.add_argument("--gpus", type=int, default=0, help="GPUs per job (default 0)")
+    p.add_argument("--cpus", type=int, help="CPUs per job")
+    p.add_argument("--mem-gb", type=float, help="memory per job, GB")
+    p.add_argument("--sbatch", action="append", default=[], metavar="OPTION=VALUE",
+                   help="any other sbatch option, e.g. --sbatch account=myproj --sbatch qos=high (repeatable)")
+    p.add_argument("--setup", action="append", default=[], metavar="SHELL_LINE",
+                   help="a line each job runs first, e.g. 'module load cuda' (repeatable)")
+    p.add_argument("--max-timeouts", type=int, default=3, help="requeues of a job that reached its time limit")
+    p.add_argument("--poll", type=float, default=10.0, metavar="SECONDS", help="how often the driver looks")
+    p.add_argument("--detach", action="store_true", help="submit, then leave the jobs running (Slurm); run the same "
+                   "command again to wait for them and gather")
+    return p
+
+
+def plan_of(args: argparse.Namespace) -> Plan:
+    if args.scratch is None:
+        raise ClusterError("--scratch: name a folder the jobs reach (for Slurm, on shared storage)")
+    for name in ("max_parallel", "cells_per_job", "time", "max_timeouts"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ClusterError(f"--{name.replace('_', '-')} {value}: must be at least 1")
+    sbatch = {}
+    for option in args.sbatch:
+        key, equals, value = option.partition("=")
+        if not equals or not key:
+            raise ClusterError(f"--sbatch {option}: write it as OPTION=VALUE, e.g. --sbatch account=myproj")
+        sbatch[key.lstrip("-")] = value
+    max_parallel = args.max_parallel or (2 if args.executor == "local" else None)
+    job = JobOptions(args.executor, args.partition, args.time, args.gpus, args.cpus, args.mem_gb, max_parallel, sbatch,
+                     args.setup, args.max_timeouts)
+    return Plan(args.scratch, job, args.share, args.cells_per_job, args.poll, args.detach)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    root = Path.cwd()
+    try:
+        if not (root / "dvc.yaml").exists():
+            raise ClusterError(f"{root} has no dvc.yaml: run the command in the workspace")
+        return status(root) if args.status else drive(root, plan_of(args), say=_say)
+    except KeyboardInterrupt:
+        print("stopped: Slurm jobs already submitted run on (`python -m gcl.cluster --status`); the same command run "
+              "again waits for them and gathers", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        line = error_line(exc)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 1
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)

@@ -1,0 +1,203 @@
+"""The command: bring the shared stages up to date, restore the cells DVC's run cache holds, submit the others as
+jobs (each in its own clone), watch them, and gather: `dvc repro` restores every cell from the run cache and writes
+the report. Only this workspace writes its dvc.lock. One driver per workspace at a time; jobs outlive a driver, and
+a later one waits for those still queued or running instead of submitting their cells again."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from gcl.cluster import ClusterError, clones, workspace
+from gcl.cluster.executors import JobOptions, Jobs, local_executor, slurm_executor
+from gcl.cluster.job import CellJob, CellTask, dvc_command
+from gcl.cluster.records import DRIVER_LOCK, Scratch, Submission, SubmittedJob
+from gcl.cluster.watch import cell_views, summary_line
+from gcl.cluster.workspace import Cell, Sharing
+from gcl.core.processes import RunLock, RunLockedError
+
+FINAL = ("done", "failed")
+
+
+@dataclass
+class Plan:
+    """What the user asked for (gcl.cluster.cli)."""
+    scratch: Path
+    job: JobOptions
+    share: str = "auto"                  # auto, remote or cache (gcl.cluster.workspace.sharing)
+    cells_per_job: int = 1
+    poll_s: float = 10.0
+    detach: bool = False                 # submit, then leave the jobs to run (Slurm)
+
+
+def drive(root: Path, plan: Plan, say: Callable[[str], None] = print) -> int:
+    """Train the workspace's stale cells as jobs and gather them; 0 when the report is written, 1 when a cell
+    failed (named above, with its log)."""
+    with driver_lock(root):
+        scratch = Scratch(plan.scratch.resolve())
+        scratch.claim(root)
+        share = workspace.sharing(root, plan.share)
+        ran = workspace.run_shared_stages(root, share)
+        say(f"shared stages: {'ran ' + ', '.join(ran) if ran else 'up to date'}; the jobs share results through "
+            f"{'the DVC remote' if share.pull else 'the DVC cache ' + share.clone_settings['cache']['dir']}")
+        restored, todo = workspace.restore_or_list(root, share)
+        for cell in restored:
+            say(f"in the run cache: train@{cell} (restored, not submitted)")
+        jobs = Jobs(scratch.jobs)
+        submission, attached = earlier_jobs(root, scratch, jobs, {c.name for c in todo})
+        for cell in sorted(attached):
+            say(f"still queued or running from an earlier call: train@{cell} (job {submission.job_of()[cell]})")
+        queue = [cell for cell in todo if cell.name not in attached]
+        groups = [queue[i:i + plan.cells_per_job] for i in range(0, len(queue), plan.cells_per_job)]
+        if groups:
+            if share.pull:
+                workspace.push_inputs(root, queue)
+            clones.sync_clones(clones.workspace_state(root), [scratch.clone(c.name) for c in queue],
+                               share.clone_settings)
+        if not groups and not attached:
+            say("every cell is in the run cache")
+        else:
+            submitter = Submitter(plan.job, scratch, share, submission, jobs, root)
+            cells = {c.name for c in todo}
+            if not watch(submitter, groups, cells, plan, say):
+                return 0                 # detached: the jobs run on
+            if any(v.status == "failed" for v in cell_views(submission, jobs, scratch, cells)):
+                workspace.restore_or_list(root, share)      # the cells that are done, into this workspace
+                say("the cells above failed; the others are restored here. Run the command again: it submits only "
+                    "the cells still missing, each resuming from the progress files in its clone")
+                return 1
+        ran = workspace.gather(root, share)
+        say(f"gathered: every cell restored from DVC's run cache; ran {', '.join(ran) if ran else 'nothing'}")
+        return 0
+
+
+def status(root: Path, say: Callable[[str], None] = print) -> int:
+    """`--status`: the cells of the jobs submitted from this workspace, where they stand (no driver needed)."""
+    submission = Submission.load(root)
+    if submission is None:
+        say("no jobs were submitted from this workspace (`python -m gcl.cluster` submits them)")
+        return 0
+    views = cell_views(submission, Jobs(Path(submission.folder)), Scratch(Path(submission.scratch)))
+    for view in views:
+        say(view.line())
+    say(summary_line(views))
+    return 0
+
+
+@contextmanager
+def driver_lock(root: Path):
+    """One driver per workspace: a second one is refused in one line naming the first."""
+    lock = RunLock(root / DRIVER_LOCK, "cluster")
+    try:
+        lock.__enter__()
+    except RunLockedError:
+        holder = (root / DRIVER_LOCK).read_text().strip() or "?"
+        raise ClusterError(f"another `python -m gcl.cluster` drives this workspace (pid {holder}): wait for it to "
+                           "end, or stop it (its jobs run on), then run again; `python -m gcl.cluster --status` "
+                           "shows its jobs") from None
+    try:
+        yield
+    finally:
+        lock.__exit__()
+
+
+def earlier_jobs(root: Path, scratch: Scratch, jobs: Jobs, todo: set[str]) -> tuple[Submission, set[str]]:
+    """The submission this call adds to (the earlier one, on the same scratch folder), and the cells to train whose
+    latest job, submitted by an earlier driver, is still queued or running: this driver waits for it instead of
+    submitting the cell again. Jobs still running from another scratch folder are refused (their cells would train
+    twice, in two clones)."""
+    earlier = Submission.load(root)
+    if earlier is None:
+        return Submission(str(scratch.root), str(scratch.jobs)), set()
+    same = Path(earlier.scratch) == scratch.root
+    latest = earlier.job_of()
+    handles = jobs if same else Jobs(Path(earlier.folder))
+    active = {cell for cell in todo & set(latest)
+              if handles.phase(earlier.jobs[latest[cell]].executor, latest[cell]).name != "over"}
+    if same:
+        return earlier, active
+    if active:
+        raise ClusterError(f"jobs submitted with --scratch {earlier.scratch} still train {', '.join(sorted(active))}: "
+                           f"run with that --scratch (it waits for them), or wait for them to end")
+    return Submission(str(scratch.root), str(scratch.jobs)), set()
+
+
+class Submitter:
+    """Submits groups of cells as jobs and writes each down (the submission record, in the workspace)."""
+
+    def __init__(self, options: JobOptions, scratch: Scratch, share: Sharing, submission: Submission, jobs: Jobs,
+                 root: Path):
+        self.options, self.scratch, self.share, self.submission, self.jobs, self.root = \
+            options, scratch, share, submission, jobs, root
+        self.slots: dict[int, str] = {}        # local executor: slot -> the job using it (its GPUs)
+
+    def task(self, cell: Cell) -> CellTask:
+        if self.share.pull:
+            commands = (dvc_command("repro", "--pull", "--single-item", cell.stage),
+                        dvc_command("push", "--run-cache", cell.stage))
+        else:
+            commands = (dvc_command("checkout", "--quiet", *cell.deps), dvc_command("repro", "--single-item", cell.stage))
+        return CellTask(cell.name, str(self.scratch.clone(cell.name)), commands, str(self.scratch.record(cell.name)),
+                        str(self.scratch.log(cell.name)))
+
+    def submit_all(self, groups: list[list[Cell]]) -> None:
+        """Slurm: every group at once, as one array throttled to --max-parallel."""
+        executor = slurm_executor(self.scratch.jobs, self.options)
+        try:
+            with executor.batch():
+                submitted = [executor.submit(CellJob([self.task(c) for c in group])) for group in groups]
+        except Exception as exc:         # sbatch's refusal (a partition that does not exist, ...), as submitit says it
+            raise ClusterError(f"Slurm refused the jobs: {str(exc).strip().splitlines()[-1]}") from None
+        for job, group in zip(submitted, groups):
+            self._record(job, group)
+
+    def free_slots(self) -> list[int]:
+        """Local executor: the slots (of --max-parallel) whose job is over."""
+        slots = range(self.options.max_parallel or 1)
+        return [s for s in slots if s not in self.slots or self.jobs.phase("local", self.slots[s]).name == "over"]
+
+    def submit_local(self, group: list[Cell], slot: int) -> None:
+        gpus = tuple(range(slot * self.options.gpus, (slot + 1) * self.options.gpus))
+        job = local_executor(self.scratch.jobs, self.options, gpus).submit(CellJob([self.task(c) for c in group]))
+        self.slots[slot] = self._record(job, group)
+
+    def _record(self, job, group: list[Cell]) -> str:
+        job_id = self.jobs.add(job)
+        self.submission.jobs[job_id] = SubmittedJob(self.options.executor, [c.name for c in group], self.options.gpus)
+        self.submission.save(self.root)
+        return job_id
+
+
+def watch(submitter: Submitter, groups: list[list[Cell]], cells: set[str], plan: Plan, say: Callable[[str], None]) -> bool:
+    """Submit the groups (Slurm: at once; local: as slots free up), print a line per change and a summary, until
+    every cell is done or failed. False when detached: the jobs were submitted and left to run."""
+    local = plan.job.executor == "local"
+    if local and plan.detach:
+        raise ClusterError("--detach: local jobs run on this machine and need the driver to start them; use it "
+                           "with --executor slurm")
+    queue = list(groups)
+    if not local and queue:
+        submitter.submit_all(queue)
+        queue = []
+    seen: dict[str, tuple] = {}
+    while True:
+        if local:
+            for slot in submitter.free_slots():
+                if queue:
+                    submitter.submit_local(queue.pop(0), slot)
+        views = cell_views(submitter.submission, submitter.jobs, submitter.scratch, cells)
+        changes = [v for v in views if seen.get(v.cell) != (v.status, v.attempts)]
+        for view in changes:
+            seen[view.cell] = (view.status, view.attempts)
+            say(view.line())
+        if changes:
+            say(summary_line(views))
+        if plan.detach:
+            say("detached: the jobs run on; `python -m gcl.cluster --status` shows them, and the same command run "
+                "again waits for them and gathers")
+            return False
+        if not queue and all(v.status in FINAL for v in views):
+            return True
+        time.sleep(plan.poll_s)

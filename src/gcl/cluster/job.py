@@ -1,0 +1,185 @@
+"""What runs inside a job: its cells side by side, each in its own clone, each a short list of DVC commands run one
+after the other (fetch the cell's inputs, `dvc repro -s train@<cell>`, hand its outputs and run-cache entry back).
+Every attempt is written down in the cell's record and its output appended to the cell's log (gcl.cluster.records).
+
+Stopping, and nothing lost: when Slurm warns of a preemption or of the time limit (SIGUSR2, which submitit handles;
+the local executor sends it at its own time-out), submitit calls `checkpoint`, which stops the cells' processes
+(SIGINT, then SIGKILL: a train stage's progress files are written whole or not at all) and has the job requeued
+with the same cells; the next attempt finds each cell's progress files in its clone and resumes from them. Slurm
+also signals every process of a job it preempts or cancels: a command killed by a signal from outside is not a
+failure of the cell, so the job waits for its requeue (or its end) instead of reporting one.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import submitit
+
+from gcl.cluster.records import Attempt, read_attempts, write_attempts
+
+HEARTBEAT_S = 60.0            # how often a running cell's record says it is alive (for the GPU-hours of a lost job)
+STOP_GRACE_S = 20.0           # SIGINT to SIGKILL when the job stops its cells
+OUTSIDE_STOP_WAIT_S = 300.0   # how long a job whose commands were killed from outside waits to be requeued or ended
+OUTSIDE_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGKILL, signal.SIGUSR2, signal.SIGHUP}
+
+
+class CellsFailed(RuntimeError):
+    """A job's cells that failed, each with its reason (the driver reads the same from their records)."""
+
+
+@dataclass(frozen=True)
+class CellTask:
+    """One cell as a job runs it: its clone, the commands to run there in order, its record and its log."""
+    cell: str
+    clone: str
+    commands: tuple[tuple[str, ...], ...]
+    record: str
+    log: str
+
+
+class CellJob(submitit.helpers.Checkpointable):
+    """A job's cells (submitted once, requeued as is: submitit pickles it)."""
+
+    def __init__(self, tasks: list[CellTask]):
+        self.tasks = list(tasks)
+
+    def __getstate__(self) -> dict:
+        return {"tasks": self.tasks}      # the running processes stay with this attempt
+
+    def __call__(self) -> list[str]:
+        environment = submitit.JobEnvironment()
+        self._cells = [RunningCell(task, environment.job_id, socket.gethostname()) for task in self.tasks]
+        for cell in self._cells:
+            cell.start()
+        beat = time.monotonic()
+        while any(cell.process is not None for cell in self._cells):
+            time.sleep(0.5)
+            for cell in self._cells:
+                cell.poll()
+            if time.monotonic() - beat > HEARTBEAT_S:
+                beat = time.monotonic()
+                for cell in self._cells:
+                    cell.beat()
+        if any(cell.outcome == "stopped" for cell in self._cells):
+            time.sleep(OUTSIDE_STOP_WAIT_S)       # Slurm requeues or ends this job meanwhile
+        failed = [f"train@{c.task.cell}: {c.detail}" for c in self._cells if c.outcome != "done"]
+        if failed:
+            raise CellsFailed("; ".join(failed))
+        return [cell.task.cell for cell in self._cells]
+
+    def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
+        """Called by submitit on SIGUSR2 (preemption, time-out): stop the cells, and be requeued as submitted."""
+        for cell in getattr(self, "_cells", []):
+            cell.stop("stopped for a requeue (preempted or timed out)")
+        return super().checkpoint(*args, **kwargs)
+
+
+class RunningCell:
+    """One cell's attempt: its commands one after the other, in a process group of their own."""
+
+    def __init__(self, task: CellTask, job: str, host: str):
+        self.task, self.job, self.host = task, job, host
+        self.process: subprocess.Popen | None = None
+        self.step, self.outcome, self.detail = 0, None, ""
+
+    def start(self) -> None:
+        attempts = read_attempts(Path(self.task.record))
+        attempts.append(Attempt(job=self.job, host=self.host, started=time.time(), seen=time.time()))
+        write_attempts(Path(self.task.record), self.task.cell, attempts)
+        Path(self.task.log).parent.mkdir(parents=True, exist_ok=True)
+        with open(self.task.log, "a") as log:
+            log.write(f"=== train@{self.task.cell}: attempt {len(attempts)}, job {self.job} on {self.host}, "
+                      f"{time.strftime('%Y-%m-%d %H:%M:%S')}, in {self.task.clone}\n")
+        self._launch()
+
+    def _launch(self) -> None:
+        command = self.task.commands[self.step]
+        with open(self.task.log, "a") as log:
+            log.write(f"$ {shlex.join(command)}\n")
+            log.flush()
+            # a session of its own: stop() reaches the command and every process it starts
+            self.process = subprocess.Popen(command, cwd=self.task.clone, env=cell_environment(self.task.clone),
+                                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True, preexec_fn=_ctrl_c_stops)
+
+    def poll(self) -> None:
+        if self.process is None or (code := self.process.poll()) is None:
+            return
+        self.process = None
+        if code == 0:
+            self.step += 1
+            if self.step < len(self.task.commands):
+                self._launch()
+            else:
+                self._finish("done")
+        elif -code in OUTSIDE_SIGNALS:
+            self._finish("stopped", f"`{self._command()}` was stopped by {signal.Signals(-code).name} from outside")
+        else:
+            self._finish("failed", f"`{self._command()}` exited with {code}")
+
+    def _command(self) -> str:
+        return shlex.join("python" if arg == sys.executable else arg for arg in self.task.commands[self.step])
+
+    def stop(self, why: str) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        _signal_group(process, signal.SIGINT)
+        try:
+            process.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        _signal_group(process, signal.SIGKILL)      # and whatever the command left behind in its group
+        process.wait()
+        self._finish("stopped", why)
+
+    def beat(self) -> None:
+        if self.process is not None:
+            self._update(seen=time.time())
+
+    def _finish(self, outcome: str, detail: str = "") -> None:
+        self.outcome, self.detail = outcome, detail
+        self._update(seen=time.time(), ended=time.time(), outcome=outcome, detail=detail)
+        with open(self.task.log, "a") as log:
+            log.write(f"=== train@{self.task.cell}: {outcome}{': ' + detail if detail else ''}\n")
+
+    def _update(self, **changes) -> None:
+        path = Path(self.task.record)
+        attempts = read_attempts(path)
+        for key, value in changes.items():
+            setattr(attempts[-1], key, value)
+        write_attempts(path, self.task.cell, attempts)
+
+
+def cell_environment(clone: str) -> dict[str, str]:
+    """The commands' environment: the clone's own code first on the import path (the train stage must run the code
+    its settings were resolved for), and cold stages (a warm server per job would outlive nothing and save ~1 s)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUBMITIT_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(clone) / "src"), *filter(None, [env.get("PYTHONPATH")])])
+    env["GCL_WARM"] = "0"
+    return env
+
+
+def dvc_command(*args: str) -> tuple[str, ...]:
+    """A DVC command run by this Python (the job's environment has the DVC this package was installed with)."""
+    return (sys.executable, "-m", "dvc", *args)
+
+
+def _ctrl_c_stops() -> None:
+    """SIGINT stops the command even where the job was started with it ignored (a background shell)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
