@@ -152,6 +152,8 @@ class ImageFiles:
                         dirs.append(name.rstrip("/"))
                     elif member.isfile() or member.issym() or member.islnk():
                         files.append(name)
+                        self.tar_members.pop(name, None)     # a member stored again: its last copy counts
+                        self.tar_unread.pop(name, None)
                         if member.issparse():
                             self.tar_unread[name] = ("stored as a sparse file inside the archive, which is not "
                                                      "read. Fix: archive the files without --sparse.")
@@ -192,7 +194,7 @@ class ImageFiles:
                            f"damaged or unreadable. Replace the file, or check the disk and the permissions. {self.fix}")
 
     def read(self, name: str) -> bytes:
-        """The bytes of file `name` (a path below the top folder); in a tar, one pass up to it."""
+        """The bytes of file `name` (a path below the top folder); in a tar, its stream read up to them."""
         path = self._readable(name)
         if self.kind == "tar":
             with contextlib.closing(self._tar_contents([name])) as found:    # closes the tar once it is read
