@@ -18,7 +18,8 @@ from gcl.data.transforms import to_unit_float
 from gcl.methods import METHODS, MethodContext
 from gcl.training import compilation
 from gcl.training.compilation import compile_mode
-from gcl.training.train import EAGER_STEPS, run_seed
+from gcl.training.loop import EAGER_STEPS
+from gcl.training.train import run_seed
 from helpers import run_settings, synthetic_source
 
 CPU = torch.device("cpu")
@@ -255,3 +256,31 @@ def test_the_compiler_probe_reports_a_failure_in_one_line(monkeypatch):
         assert devices.compiler_failure(CPU) == "RuntimeError: triton: cannot build the launcher"
     finally:
         devices.compiler_failure.cache_clear()
+
+
+def stack_true_params(device: str, compile_setting, method: str = "er") -> dict:
+    """A profile of one run on the MLP with stack: true, its device and its benchmark's compile as given."""
+    bench = {"kind": "mnist-360", "source": "synthetic", "backbone": "mlp", "epochs": 1, "stack": True,
+             "compile": compile_setting}
+    run = {"benchmark": "mnist-360", "method": method, "buffer": 50, "lr": 0.1, "batch": 4, "replay_batch": 8}
+    return {"seeds": [0, 1], "device": device, "sources": {"synthetic": {}}, "benchmarks": {"mnist-360": bench},
+            "methods": {method: {}}, "runs": {"run": run}}
+
+
+@pytest.mark.parametrize("device, compile_setting", [("auto", "auto"), ("cuda", "auto"), ("cuda:1", "auto"),
+                                                     ("cpu", True), ("auto", True)])
+def test_stacking_and_compiling_together_are_refused_at_check_runs(device, compile_setting):
+    """A compiled run does not stack: `stack: true` where the run may compile (`compile: auto` on a device that may be
+    a GPU, or `compile: true`) stops check@runs with one line, rather than training unstacked without a word."""
+    from gcl.config import ParamsError, resolve_run
+    with pytest.raises(ParamsError, match="stack is true, but its seeds cannot train stacked: compile: .* compiles its "
+                                          r"backbone.*compiled seeds do not stack \(the benchmark's compile: false"):
+        resolve_run(stack_true_params(device, compile_setting), "run")
+
+
+@pytest.mark.parametrize("device, compile_setting, method", [("cpu", "auto", "er"), ("auto", False, "er"),
+                                                             ("cuda", False, "er"), ("auto", "auto", "agem")])
+def test_stacking_where_the_run_stays_eager_passes_check_runs(device, compile_setting, method):
+    """Eager wherever it runs: auto on the CPU, compile: false, or a method that is never compiled (A-GEM)."""
+    from gcl.config import resolve_run
+    assert resolve_run(stack_true_params(device, compile_setting, method), "run").benchmark.stack is True

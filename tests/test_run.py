@@ -8,6 +8,7 @@ from gcl.core.atomic import save_tensors
 from gcl.core.progress_files import PROGRESS_DIR
 from gcl.training.run import train_run
 from helpers import small_er_run
+from test_stacked import stack_independent_kernels
 
 
 @pytest.fixture
@@ -104,8 +105,9 @@ def test_a_run_stopped_inside_a_seed_resumes_from_its_checkpoint(project, monkey
     assert not (PROGRESS_DIR / "er-50").exists()
 
 
-def interrupted_at_seed_2(project, monkeypatch) -> list[int]:
-    """Train seeds 0 and 1, stop at seed 2; return the list the later calls of run_seed append their seed to."""
+def interrupted_at_seed_2(project, monkeypatch, workers: int = 1) -> list[int]:
+    """Train seeds 0 and 1, stop at seed 2 (in `workers` processes); return the list the later calls of run_seed
+    append their seed to."""
     import gcl.training.run as run_module
     original, calls = run_module.run_seed, []
 
@@ -116,7 +118,7 @@ def interrupted_at_seed_2(project, monkeypatch) -> list[int]:
 
     monkeypatch.setattr(run_module, "run_seed", stop_at_seed_2)
     with pytest.raises(KeyboardInterrupt):
-        train_run(project)
+        train_run(project, workers=workers)
     monkeypatch.setattr(run_module, "run_seed", lambda *a, **kw: (calls.append(a[3]), original(*a, **kw))[1])
     return calls
 
@@ -196,15 +198,21 @@ def test_seed_workers_share_the_cores_for_kernel_compilation(monkeypatch):
 
 
 @pytest.fixture
-def stacked_project(tmp_path, monkeypatch):
+def four_cores(tmp_path, monkeypatch):
+    """Room for two stacked groups (or three lone seeds) on any machine."""
     from gcl.core import devices
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(devices, "available_cores", lambda: 4)     # room for two stacked groups on any machine
-    return small_er_run([0, 1, 2], stack="auto")
+    monkeypatch.setattr(devices, "available_cores", lambda: 4)
 
 
+@pytest.fixture
+def stacked_project(four_cores):
+    return small_er_run([0, 1, 2], stack=True)
+
+
+@stack_independent_kernels
 def test_a_stacked_run_gives_the_same_numbers_however_its_seeds_are_grouped(stacked_project):
-    """`stack: auto` trains ER's seeds as one network per worker: one group of three, or groups of two and one in
+    """`stack: true` trains ER's seeds as one network per worker: one group of three, or groups of two and one in
     two processes, give every seed the same numbers; each seed records that it was stacked."""
     one = json.loads(train_run(stacked_project).read_text())
     two = json.loads(train_run(stacked_project, workers=2).read_text())
@@ -224,7 +232,7 @@ class StopInSecondGroup(RuntimeError):
 
 def test_an_interrupted_stacked_run_resumes_with_its_finished_group(stacked_project, monkeypatch):
     """A stacked run stopped in its second group (seed 2) keeps the first group's seeds and trains the second
-    again: the numbers of a run that never stopped. A seed finished alone is not taken into a stacked attempt."""
+    again: the numbers of a run that never stopped."""
     import gcl.training.run as run_module
     whole = json.loads(train_run(stacked_project, workers=2).read_text())
     original = run_module.train_stacked
@@ -246,8 +254,68 @@ def test_an_interrupted_stacked_run_resumes_with_its_finished_group(stacked_proj
     assert sorted(p.name for p in Path(".").glob("trained-*")) == ["trained-2"]   # the first group was reused
     for seed in ("0", "1", "2"):
         assert resumed["seeds"][seed]["acc_matrix"] == whole["seeds"][seed]["acc_matrix"]
-    lone = json.loads(train_run(small_er_run([0, 1, 2], stack=False)).read_text())
-    assert "stacked" not in lone["seeds"]["0"]["environment"]
+
+
+def stacked_sizes(result: dict) -> list[int | None]:
+    """How many seeds each seed of a run's metrics.json trained stacked with (None: alone)."""
+    return [seed["environment"].get("stacked") for seed in result["seeds"].values()]
+
+
+def test_stack_auto_makes_no_stack_of_one(four_cores):
+    """`stack: auto` stacks where it batches something: with a process for each seed (workers 3, or `auto`, on 4 cores)
+    every seed trains alone, and with 2 workers the seed a group of one would hold trains alone, recorded as alone,
+    the log saying why. (Stacks of one used to be made, and marked stacked, batching nothing.)"""
+    project = small_er_run([0, 1, 2], stack="auto")
+    assert stacked_sizes(json.loads(train_run(project, workers=3).read_text())) == [None, None, None]
+    log = Path("runs/mnist-360/er/50/train.log").read_text()
+    assert "seed(s) [0, 1, 2] train alone: stack: auto makes no stack of one (3 seeds in 3 process(es)" in log
+    assert stacked_sizes(json.loads(train_run(project, workers="auto").read_text())) == [None, None, None]
+    assert stacked_sizes(json.loads(train_run(project, workers=2).read_text())) == [2, 2, None]
+    log = Path("runs/mnist-360/er/50/train.log").read_text()
+    assert "seeds [0, 1] train stacked" in log and "seed(s) [2] train alone: stack: auto makes no stack of one" in log
+
+
+def test_seeds_finished_alone_are_not_taken_into_a_stacked_attempt(four_cores, monkeypatch):
+    """Whether a seed trained stacked is part of its fingerprint (stacked, it rounds otherwise): seeds 0 and 1,
+    finished alone by an attempt in three processes (stack: auto makes no stack of one), train again when the next
+    attempt, in one process, stacks all three, though every setting is the same."""
+    project = small_er_run([0, 1, 2], stack="auto")
+    monkeypatch.setattr(run_module(), "train_stacked", recording(run_module().train_stacked, stacked_calls := []))
+    calls = interrupted_at_seed_2(project, monkeypatch, workers=3)
+    assert len(list((PROGRESS_DIR / "er-50").glob("seed-*.json"))) == 2 and stacked_calls == []
+    out = json.loads(train_run(project, workers=1).read_text())
+    assert calls == [] and stacked_calls == [[0, 1, 2]]
+    assert stacked_sizes(out) == [3, 3, 3]
+    assert "finished by an earlier attempt" not in Path("runs/mnist-360/er/50/train.log").read_text()
+
+
+def test_a_run_that_compiles_trains_its_seeds_alone_and_says_so(four_cores, monkeypatch):
+    """`compile: auto` compiles a run on a GPU, and compiled seeds do not stack: the run's seeds train alone, and its
+    log says so rather than leaving `stack` silently unheeded."""
+    from gcl.core import backbones
+    monkeypatch.setattr(run_module(), "compile_mode", lambda setting, device, method_cls: "reduce-overhead")
+    monkeypatch.setattr(backbones, "compile_extractor", lambda fn, mode: fn)   # a stand-in compiler: no GPU here
+    backbones.compiled_extract.cache_clear()
+    try:
+        out = json.loads(train_run(small_er_run([0, 1, 2], stack="auto")).read_text())
+    finally:
+        backbones.compiled_extract.cache_clear()
+    assert stacked_sizes(out) == [None, None, None]
+    assert "seeds train alone: compile: auto compiles this run (reduce-overhead), and compiled seeds do not stack" in \
+        Path("runs/mnist-360/er/50/train.log").read_text()
+
+
+def run_module():
+    import gcl.training.run as module
+    return module
+
+
+def recording(function, calls: list):
+    """`function`, appending the seeds of each call (its fourth argument) to `calls` first."""
+    def recorded(*args, **kwargs):
+        calls.append(list(args[3]))
+        return function(*args, **kwargs)
+    return recorded
 
 
 def test_a_stacked_group_stopped_mid_stream_resumes_from_its_checkpoint(stacked_project, monkeypatch):

@@ -331,13 +331,13 @@ def resolve_run(params: dict, key: str, top: TopLevel | None = None) -> Resolved
     overrides = {"epochs": block.epochs, "width": block.width, "stack": block.stack}   # the run's own, over the benchmark's
     training = benchmark.training().model_copy(update={k: v for k, v in overrides.items() if v is not None})
     settings = cls.Run.model_validate({**block.model_dump(exclude=set(overrides) | {"seeds"}), "algorithm": cls.name})
+    top = top or check_top(params)
     if training.stack is True:
         from gcl.training.stacked_train import unstackable
-        why = unstackable(training, settings)
+        why = unstackable(training, settings, top.device)     # the device: compile: auto compiles on a GPU
         if why is not None:
             raise ParamsError(f"{where}: stack is true, but its seeds cannot train stacked: {why}; set stack: auto "
                               "(stacked where it can be) or false")
-    top = top or check_top(params)
     return ResolvedRun(key=key, run=settings, benchmark=training, data=benchmark.data(),
                        seeds=block.seeds if block.seeds is not None else top.seeds, device=top.device)
 

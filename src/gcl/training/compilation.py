@@ -22,7 +22,7 @@ def compile_mode(setting: bool | str, device: torch.device, method_cls: type[Met
     small-batch step, while on a CPU a compiled step would move the numbers by rounding for little gain. Methods
     that are not `capturable` stay eager."""
     forced = setting is True          # else False, or the setting's default, auto
-    if not method_cls.capturable or setting is False or (not forced and device.type != "cuda"):
+    if not may_compile(setting, device.type, method_cls):
         return None
     if device.type != "cuda":
         return "default"
@@ -37,6 +37,15 @@ def compile_mode(setting: bool | str, device: torch.device, method_cls: type[Met
         return _say_once(f"compile: auto trains eager: torch.compile fails on {device} ({failure})")
     raise UserError(f"compile: true, but torch.compile fails on {device} ({failure}): repair Triton (pip install "
                     "--force-reinstall triton matching this torch), or set the benchmark's compile to auto or false")
+
+
+def may_compile(setting: bool | str, device: str, method_cls: type[Method]) -> bool:
+    """Whether `compile: <setting>` may compile a run of `method_cls` on `device` (params.yaml's `device`, auto, cpu,
+    cuda or cuda:N, or a resolved device's type): `true` wherever the method is capturable, `auto` where the device
+    may be a GPU. What check@runs knows before the machine does (a run stacked and compiled is refused there)."""
+    if not method_cls.capturable or setting is False:
+        return False
+    return setting is True or device.split(":")[0] in ("auto", "cuda")
 
 
 @functools.lru_cache(maxsize=None)

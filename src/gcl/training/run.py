@@ -39,10 +39,11 @@ from gcl.data.benchmarks import DataSettings, load_benchmark
 from gcl.methods import METHODS
 from gcl.training.checkpoint import Checkpoint, load_fingerprinted
 from gcl.training.compilation import compile_mode
+from gcl.training.loop import DivergenceError
 from gcl.training.progress import Progress
 from gcl.training.spec import ResolvedRun
 from gcl.training.stacked_train import stacks, train_stacked
-from gcl.training.train import DivergenceError, run_seed
+from gcl.training.train import run_seed
 
 FEATURE_SAMPLES = 1000   # evaluation images whose final features are kept (first seed) for t-SNE
 
@@ -169,27 +170,29 @@ def _train_run(spec: ResolvedRun, workers: int | str, threads: int, checkpoint_m
     # the run's compile mode, decided here once: every seed's fingerprint records it (`auto` may compile on one
     # machine and not on another) and every seed applies it
     compiled = compile_mode(training.compile, device, METHODS[run.algorithm])
-    # stacked: decided from the settings and the seed count alone, so a resumed run stacks as its first attempt did;
-    # a stacked seed's numbers do not depend on the seeds beside it (tests/test_stacked_train.py), and its
-    # fingerprint says it was stacked (in float32 it rounds otherwise than alone)
-    stacked = compiled is None and stacks(training, run, len(spec.seeds))
-    seeds, todo = {}, []
+    # the stacked groups, from every seed of the run (not the ones left to train), so that a resumed run groups as its
+    # first attempt did; a seed's fingerprint says whether it was stacked (in float32 it rounds otherwise than alone)
+    workers = auto_workers(device, len(spec.seeds)) if workers == "auto" else workers
+    groups = stacked_seed_groups(spec, compiled, workers, device, threads, log.say)
+    stacked = {seed for group in groups for seed in group}
+    prints, seeds, todo = {}, {}, {}
     for i, seed in enumerate(spec.seeds):
-        seed_print = fingerprint(run_json, training_json, seed, device.type, data_digest, compiled,
-                                 *(["stacked"] if stacked else []))
-        done = progress / f"seed-{seed}-{seed_print}.json"
+        prints[seed] = fingerprint(run_json, training_json, seed, device.type, data_digest, compiled,
+                                   *(["stacked"] if seed in stacked else []))
+        done = progress / f"seed-{seed}-{prints[seed]}.json"
         say = log.for_seed(seed).say
         earlier = _earlier_result(done, say)
-        if earlier is not None and (i > 0 or load_fingerprinted(features, seed_print, say, "features file",
+        if earlier is not None and (i > 0 or load_fingerprinted(features, prints[seed], say, "features file",
                                                                 "the first seed trains again") is not None):
             # finished by an earlier, interrupted attempt with these exact settings and code
             seeds[seed] = earlier
             say(f"finished by an earlier attempt: reused from {done}")
         else:
-            checkpoint = Checkpoint(progress / f"seed-{seed}.ckpt", seed_print, 60.0 * checkpoint_minutes)
-            todo.append((seed, done, FEATURE_SAMPLES if i == 0 else 0, checkpoint))
+            checkpoint = Checkpoint(progress / f"seed-{seed}.ckpt", prints[seed], 60.0 * checkpoint_minutes)
+            todo[seed] = (done, FEATURE_SAMPLES if i == 0 else 0, checkpoint)
 
-    def finished(seed: int, done: Path, r: SeedResult, checkpoint: Checkpoint) -> None:
+    def finished(seed: int, r: SeedResult) -> None:
+        done, _, checkpoint = todo[seed]
         if r.features is not None:   # the first seed's final features, for the t-SNE figures, with its fingerprint
             save_tensors(features, {"seed": seed, "fingerprint": checkpoint.fingerprint, **r.features})
         write_json(done, r.to_json())
@@ -198,14 +201,14 @@ def _train_run(spec: ResolvedRun, workers: int | str, threads: int, checkpoint_m
         log.for_seed(seed).say(f"done: class-il {r.class_il:.2f} in {r.train_seconds:.1f}s "
                                f"({r.samples_per_second:.0f} samples/s)")
 
-    workers = auto_workers(device, len(todo)) if workers == "auto" else min(workers, len(todo))
-    if stacked:
-        workers = min(workers, stacked_groups(workers, device, threads))
-    devices = seed_devices(device, len(todo))   # on several visible GPUs, seeds take turns over them
+    # a group trains whole, or not at all (its seeds finish together); the other seeds train alone
+    jobs = [g for g in groups if any(seed in todo for seed in g)] + [[seed] for seed in todo if seed not in stacked]
+    workers = max(1, min(workers, len(jobs)))
+    devices = seed_devices(device, len(jobs))   # on several visible GPUs, the jobs take turns over them
     if mps == "auto" and device.type == "cuda" and workers > len(set(devices)):   # processes share a GPU
         start_mps(log.say)
     log.say(f"{len(todo)} seed(s) to train on {', '.join(sorted(set(map(str, devices)))) or device}, "
-            f"{max(workers, 1)} process(es)")
+            f"{workers} process(es)")
     if workers > 1:   # seeds are independent: spread them over processes (CPU cores, or GPUs)
         context = multiprocessing.get_context(pool_start_method(device.type))
         executor = ProcessPoolExecutor(workers, mp_context=context, initializer=start_worker,
@@ -213,23 +216,24 @@ def _train_run(spec: ResolvedRun, workers: int | str, threads: int, checkpoint_m
     else:
         executor = InProcess()
     with executor as pool:
-        if stacked:         # one stacked group per worker (stacked_groups); a group's seeds finish together
-            groups = [g for g in groups_of(list(zip(todo, devices)), workers) if g]
-            group_checkpoints = [group_checkpoint(progress, [t for t, _ in g], checkpoint_minutes) for g in groups]
-            jobs = [(group, ckpt, pool.submit(_train_group, spec, bench_path, data_digest, [t[0] for t, _ in group],
-                                              str(group[0][1]), {t[0]: t[2] for t, _ in group}, threads, log, ckpt))
-                    for group, ckpt in zip(groups, group_checkpoints)]
-            for group, group_ckpt, job in jobs:
-                results = job.result()
-                for (seed, done, _, ckpt), _ in group:
-                    finished(seed, done, results[seed], ckpt)
+        submitted = []
+        for job, dev in zip(jobs, devices):
+            if job[0] in stacked:
+                ckpt = group_checkpoint(progress, job, prints, checkpoint_minutes)
+                samples = {seed: todo[seed][1] if seed in todo else 0 for seed in job}
+                submitted.append((job, ckpt, pool.submit(_train_group, spec, bench_path, data_digest, job, str(dev),
+                                                         samples, threads, log, ckpt)))
+            else:
+                _, samples, ckpt = todo[job[0]]
+                submitted.append((job, None, pool.submit(_train_seed, spec, bench_path, data_digest, job[0], str(dev),
+                                                         compiled, samples, threads, log.for_seed(job[0]), ckpt)))
+        for job, group_ckpt, future in submitted:
+            results = future.result() if group_ckpt else {job[0]: future.result()}
+            for seed in job:
+                if seed in todo:        # a seed of a group finished before keeps its saved result
+                    finished(seed, results[seed])
+            if group_ckpt:
                 group_ckpt.discard()
-        else:
-            jobs = [(seed, done, ckpt, pool.submit(_train_seed, spec, bench_path, data_digest, seed, str(dev),
-                                                   compiled, n, threads, log.for_seed(seed), ckpt))
-                    for (seed, done, n, ckpt), dev in zip(todo, devices)]
-            for seed, done, ckpt, job in jobs:
-                finished(seed, done, job.result(), ckpt)
     seeds = {s: seeds[s] for s in spec.seeds}
 
     stats = {m: mean_std([getattr(r, m) for r in seeds.values()]) for m in ("class_il", "task_il", "forgetting")}
@@ -247,12 +251,35 @@ def _train_run(spec: ResolvedRun, workers: int | str, threads: int, checkpoint_m
     return out
 
 
-def group_checkpoint(progress: Path, todo: list[tuple], checkpoint_minutes: float) -> Checkpoint:
-    """The checkpoint of a stacked group of `todo`'s seeds (as _train_run lists them): named by its seeds, its
+def group_checkpoint(progress: Path, seeds: list[int], prints: dict[int, str], checkpoint_minutes: float) -> Checkpoint:
+    """The checkpoint of the stacked group of `seeds` (`prints`: each seed's fingerprint): named by its seeds, its
     fingerprint theirs together, so that only the same seeds, with the same settings, data and code, resume it."""
-    seeds = [t[0] for t in todo]
     return Checkpoint(progress / f"group-{'-'.join(map(str, seeds))}.ckpt",
-                      fingerprint(*[ckpt.fingerprint for *_, ckpt in todo]), 60.0 * checkpoint_minutes, "group")
+                      fingerprint(*[prints[seed] for seed in seeds]), 60.0 * checkpoint_minutes, "group")
+
+
+def stacked_seed_groups(spec: ResolvedRun, compiled: str | None, workers: int, device: torch.device, threads: int,
+                        say: Callable[[str], None]) -> list[list[int]]:
+    """The groups of the run's seeds that train stacked, one process each (a seed in none trains alone), from the
+    settings, the seed count, `workers` and the cores (gcl.core.devices.stacked_groups). `stack: true` stacks every
+    seed, in stacks of one too where the cores leave a seed alone in its process; `auto` makes no stack of one
+    (it would batch nothing and round otherwise than alone): such a seed trains alone. `say` tells why seeds
+    that `auto` would stack train alone."""
+    training, run, seeds = spec.benchmark, spec.run, list(spec.seeds)
+    if not stacks(training, run, len(seeds)):
+        return []
+    if compiled is not None:      # check@runs refuses stack: true where compile: auto may compile
+        say(f"seeds train alone: compile: {training.compile} compiles this run ({compiled}), and compiled seeds do "
+            "not stack; the benchmark's compile: false stacks them")
+        return []
+    groups = [g for g in groups_of(seeds, stacked_groups(workers, device, threads)) if g]
+    if training.stack is True:
+        return groups
+    alone = [g[0] for g in groups if len(g) == 1]
+    if alone:
+        say(f"seed(s) {alone} train alone: stack: auto makes no stack of one ({len(seeds)} seeds in {len(groups)} "
+            f"process(es); fewer workers stack more of them)")
+    return [g for g in groups if len(g) > 1]
 
 
 def _earlier_result(done: Path, say) -> SeedResult | None:

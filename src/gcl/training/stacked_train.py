@@ -26,22 +26,31 @@ from gcl.core.stacked_resnet import stack_networks
 from gcl.data.augment import SeedwiseTransform
 from gcl.data.benchmarks import BenchmarkData, TrainingSettings
 from gcl.data.stream import Stream
+from gcl.methods import METHODS
 from gcl.methods.base import RunSettings
 from gcl.methods.stacked import STACKED, StackedMethod
 from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
+from gcl.training.compilation import may_compile
 from gcl.training.evaluate import summarise
+from gcl.training.loop import DivergenceError, Timer, last_accuracy
 from gcl.training.progress import Progress, StreamProgress
-from gcl.training.train import DivergenceError, Timer, last_accuracy, seed_result, setup_seed
+from gcl.training.train import seed_result, setup_seed
 
 
-def unstackable(training: TrainingSettings, run: RunSettings) -> str | None:
-    """Why the seeds of this run cannot train stacked (None: they can), whatever its `stack` setting says."""
+def unstackable(training: TrainingSettings, run: RunSettings, device: str | None = None) -> str | None:
+    """Why the seeds of this run cannot train stacked (None: they can), whatever its `stack` setting says. With
+    `device` (params.yaml's, at check@runs) also where `compile: auto` may compile the run there, on a GPU; without
+    it only `compile: true` counts (a run decides `auto` on its machine, gcl.training.run)."""
     if run.algorithm not in STACKED:
         return f"{run.algorithm}'s step does not stack (yet)"
     if training.backbone == "mlp" and training.input_size is not None:
         return "a stacked MLP takes its input as it is (input_size: none)"
-    if training.bf16 or training.compile is True:
-        return "the stacked step runs eager in full precision"
+    if training.bf16:
+        return "the stacked step runs in full precision"
+    if may_compile(training.compile, device or "cpu", METHODS[run.algorithm]):
+        where = " on a GPU (device: auto or cuda)" if training.compile == "auto" else ""
+        return (f"compile: {str(training.compile).lower()} compiles its backbone{where}, and compiled seeds do not "
+                "stack (the benchmark's compile: false stacks them)")
     if training.channels_last:
         return "a stacked ResNet-18 keeps the default memory layout"
     return None
