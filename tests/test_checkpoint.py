@@ -178,7 +178,7 @@ def test_a_compiled_seed_resumes_with_the_same_steps_compiled(stop, seq, monkeyp
     or after that point must compile exactly the steps the uninterrupted seed compiled. The stand-in compiler
     here scales the features, so a step compiled on one side only would change the numbers."""
     from gcl.core import backbones
-    from gcl.training.train import EAGER_STEPS
+    from gcl.training.loop import EAGER_STEPS
     assert 10 < EAGER_STEPS < 25   # one stop before the eager steps end, one after
     monkeypatch.setattr(backbones, "compile_extractor", lambda fn, mode: lambda net, x: 1.5 * fn(net, x))
     backbones.compiled_extract.cache_clear()

@@ -21,8 +21,9 @@ from gcl.core.layout import TRAIN_CODE
 from gcl.core.processes import RunLock, RunLockedError
 from gcl.core.progress_files import PROGRESS_DIR
 from gcl.data import mnist360, sequential
+from gcl.training.loop import DivergenceError
 from gcl.training.run import train_run
-from gcl.training.train import DivergenceError, run_seed
+from gcl.training.train import run_seed
 from helpers import run_settings, small_er_run, synthetic_source
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -40,9 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gcl.config import load_params, resolve_run  # noqa: E402
 from gcl.methods import METHODS  # noqa: E402
 from gcl.training.compilation import compile_mode  # noqa: E402
+from gcl.training.loop import EAGER_STEPS  # noqa: E402
 from gcl.training.progress import StreamProgress  # noqa: E402
 from gcl.training.spec import ResolvedRun  # noqa: E402
-from gcl.training.train import EAGER_STEPS, setup_seed  # noqa: E402
+from gcl.training.train import setup_seed  # noqa: E402
 from gridcost import Quiet, cells_of  # noqa: E402
 from synthetic import random_benchmark, random_source, shape_of  # noqa: E402
 

@@ -5,7 +5,7 @@
     python tools/gridcost.py --processes 8                      # 8 runs sharing the device at once
 
 One run of every (benchmark, method) pair of the profile is timed (its largest buffer, where memory-heavy
-methods cost most) through the training loop itself (gcl.training.train.StreamLoop, as `dvc repro` trains):
+methods cost most) through the training loop itself (gcl.training.loop.StreamLoop, as `dvc repro` trains):
 `--warmup` steps of the first task, the task boundary (for methods that are told it), then `--steps` timed
 steps of the second task, on a benchmark of the real size built from random uint8 images (the source's real
 classes, images per class and shape; tools/synthetic.py). One evaluation pass over the whole test set

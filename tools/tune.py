@@ -30,7 +30,8 @@ from gcl.data.sources import load_source
 from gcl.methods import METHODS
 from gcl.methods.base import RunSettings
 from gcl.training.compilation import compile_mode
-from gcl.training.train import DivergenceError, run_seed
+from gcl.training.loop import DivergenceError
+from gcl.training.train import run_seed
 
 _BENCH: dict = {}   # the validation benchmark, built once in the parent and inherited by forked workers
 

@@ -52,9 +52,9 @@ class ImageFolderSettings(Settings):
     path: str = Field(min_length=1, description="a folder, or a .tar/.tar.gz/.tgz/.zip of one, holding "
                       "train/<class>/ and test/<class>/ images (possibly under one top folder); relative paths "
                       "start at the project's folder")
-    like: Literal[tuple(SOURCE_SHAPES)] | None = Field(None, description="the published dataset whose shape the "
-                                                       "folder copies: its class count, images per class and image "
-                                                       "size are checked, and the dry-run and timing tools use it")
+    like: Literal[tuple(SOURCE_SHAPES)] | None = Field(None, description="the published dataset the folder "
+                                                       "copies: its class names in label order, images per class and "
+                                                       "image size are checked, and the dry-run and timing tools use it")
     classes: list[str] | None = Field(None, min_length=1, description="the class folders in label order (default: "
                                       "sorted by name)")
     image_size: int | None = Field(None, ge=1, le=4096, description="side of the square images it yields (default: "
