@@ -92,9 +92,19 @@ class StackedBatchNorm(nn.Module):
 
 
 class StackedBatchNorm1d(StackedBatchNorm):
-    """StackedBatchNorm for features laid out seeds first, (S, B, C), as a stacked head's are."""
+    """StackedBatchNorm for features laid out seeds first, (S, B, C), as a stacked head's are. On a CPU it goes seed
+    by seed: over S x C channels of one value each per sample the CPU's kernel spreads channels over its vector
+    lanes, and where C is not a multiple of their count (CoCa's 100-wide heads on the MLP) a seed's gradient then
+    rounds otherwise in larger stacks."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type == "cpu":
+            if self.training:
+                self.num_batches_tracked.add_(1)
+            # each seed's running estimates are rows of the (S, C) buffers: batch_norm updates them in place
+            return torch.stack([F.batch_norm(seed, self.running_mean[i], self.running_var[i], self.weight[i],
+                                             self.bias[i], self.training, self.momentum, self.eps)
+                                for i, seed in enumerate(x.contiguous())])
         s, b, c = x.shape
         out = super().forward(x.transpose(0, 1).reshape(b, s * c))
         return out.view(b, s, c).transpose(0, 1)

@@ -173,7 +173,8 @@ def _train_run(spec: ResolvedRun, workers: int | str, threads: int, checkpoint_m
     # the stacked groups, from every seed of the run (not the ones left to train), so that a resumed run groups as its
     # first attempt did; a seed's fingerprint says whether it was stacked (in float32 it rounds otherwise than alone)
     workers = auto_workers(device, len(spec.seeds)) if workers == "auto" else workers
-    groups = stacked_seed_groups(spec, compiled, workers, device, threads, log.say)
+    why_alone: list[str] = []     # said after the run's first line
+    groups = stacked_seed_groups(spec, compiled, workers, device, threads, why_alone.append)
     stacked = {seed for group in groups for seed in group}
     prints, seeds, todo = {}, {}, {}
     for i, seed in enumerate(spec.seeds):
@@ -209,6 +210,8 @@ def _train_run(spec: ResolvedRun, workers: int | str, threads: int, checkpoint_m
         start_mps(log.say)
     log.say(f"{len(todo)} seed(s) to train on {', '.join(sorted(set(map(str, devices)))) or device}, "
             f"{workers} process(es)")
+    for line in why_alone:
+        log.say(line)
     if workers > 1:   # seeds are independent: spread them over processes (CPU cores, or GPUs)
         context = multiprocessing.get_context(pool_start_method(device.type))
         executor = ProcessPoolExecutor(workers, mp_context=context, initializer=start_worker,
