@@ -1,0 +1,231 @@
+"""`python -m gcl.cluster` end to end on profiles/ci.yaml cut to three small cells, against a serial `dvc repro` of
+the same profile: on a real Slurm (a private one-node cluster, tests/slurm_cluster.py) and with the local executor.
+
+On Slurm, the first call (two cells sharing a job, the long one alone) meets a preemption and a failure: the long
+cell's job is preempted mid-cell (sent SIGTERM and SIGUSR2, as Slurm and submitit's own tests do, while its train stage
+is frozen so that it cannot finish first) and resumes from its checkpoint; another cell fails (a folder stands where
+its run's lock file belongs, in its clone) and is named with its log while the others go on; the second call submits
+only that cell and gathers. Under CI=true a Slurm test that cannot start its cluster fails, never skips."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from slurm_cluster import start_cluster, why_not_here
+from test_pipeline_e2e import ROOT, ignore, sh, stages_run
+
+LONG = "mnist-360-er-200"          # preempted mid-cell: long enough (batch 1, 3 epochs) to be caught training
+FAILING = "mnist-360-sgd-none"     # fails in the first call
+CELLS = {LONG, FAILING, "mnist-360-joint-none"}
+TIMINGS = ["train_seconds", "samples_per_second"]
+DEADLINE_S = 900
+
+
+def cut_profile() -> dict:
+    params = yaml.safe_load((ROOT / "profiles" / "ci.yaml").read_text())
+    params["seeds"] = [0]
+    params["checkpoint_minutes"] = 0.002       # a checkpoint every ~0.1 s: the preempted cell has one to resume from
+    params["runs"][LONG].update(batch=1, epochs=3)
+    params["report"]["figures"] = False
+    assert set(params["runs"]) == CELLS
+    return params
+
+
+def make_project(path: Path, remote: Path | None = None) -> Path:
+    """A fresh clone's worth of the project on the cut profile, committed (with a DVC remote, if given)."""
+    shutil.copytree(ROOT, path, ignore=ignore)
+    (path / "params.yaml").write_text(yaml.safe_dump(cut_profile(), sort_keys=False))
+    if remote is not None:
+        sh(path, "dvc", "remote", "add", "-d", "store", str(remote))
+    sh(path, "git", "init", "-q")
+    sh(path, "git", "add", "-A")
+    sh(path, "git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "the cut ci profile")
+    return path
+
+
+def driver(project: Path, scratch: Path, *options: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "gcl.cluster", "--scratch", str(scratch), "--poll", "0.5", *options],
+                            cwd=project, env={**os.environ, **(env or {}), "PYTHONPATH": str(project / "src")},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process: subprocess.Popen) -> tuple[int, str, str]:
+    try:
+        out, err = process.communicate(timeout=DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        raise AssertionError(f"the driver did not end in {DEADLINE_S} s:\n{out}\n{err}") from None
+    return process.returncode, out, err
+
+
+def wait_for(what: str, condition, process: subprocess.Popen | None = None, deadline_s: float = DEADLINE_S) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if condition():
+            return
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"the driver ended before {what}:\n" + "\n".join(process.communicate()))
+        time.sleep(0.1)
+    raise AssertionError(f"no {what} within {deadline_s} s")
+
+
+def stage_processes(clone: Path) -> list[int]:
+    """The train stage's Python processes working in `clone` (a job's: the test only stops and continues them)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and b"stages/train.py" in (proc / "cmdline").read_bytes() \
+                    and (proc / "comm").read_text().startswith("python") and (proc / "cwd").resolve() == clone.resolve():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    assert found, f"no train stage runs in {clone}"
+    return found
+
+
+def attempts(scratch: Path, cell: str) -> list[dict]:
+    return json.loads((scratch / "cells" / f"{cell}.json").read_text())["attempts"]
+
+
+def assert_same_results(project: Path, serial: Path) -> None:
+    """The report and every cell's numbers equal the serial run's (its timings aside)."""
+    for name in ("results/tables.md", "results/metrics.json"):
+        assert (project / name).read_text() == (serial / name).read_text(), name
+    mine, theirs = (pd.read_csv(p / "results/summary.csv").drop(columns=TIMINGS) for p in (project, serial))
+    pd.testing.assert_frame_equal(mine, theirs)
+    for metrics in serial.glob("runs/*/*/*/metrics.json"):
+        a, b = (json.loads(p.read_text())["seeds"] for p in (metrics, project / metrics.relative_to(serial)))
+        assert {s: (r["acc_matrix"], r["loss_curve"]) for s, r in a.items()} == \
+               {s: (r["acc_matrix"], r["loss_curve"]) for s, r in b.items()}, metrics
+    assert "up to date" in sh(project, "dvc", "status").stdout
+
+
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory):
+    project = make_project(tmp_path_factory.mktemp("serial") / "ws")
+    sh(project, "dvc", "repro")
+    return project
+
+
+# ------------------------------------------------------------------------------------------------- local executor
+
+@pytest.mark.e2e
+def test_the_local_executor_trains_cells_side_by_side_and_reports_what_serial_repro_does(serial, tmp_path):
+    project, scratch = make_project(tmp_path / "ws"), tmp_path / "scratch"
+    code, out, err = finish(driver(project, scratch, "--executor", "local", "--max-parallel", "2"))
+    assert code == 0, out + err
+    assert "the DVC cache" in out and "gathered: every cell restored from DVC's run cache; ran report" in out, out
+    runs = {cell: attempts(scratch, cell) for cell in CELLS}
+    assert all(len(a) == 1 and a[0]["outcome"] == "done" for a in runs.values()), runs
+    spans = sorted((a[0]["started"], a[0]["ended"]) for a in runs.values())
+    assert spans[1][0] < spans[0][1], spans        # the first two cells trained at the same time
+    assert_same_results(project, serial)
+
+
+# ------------------------------------------------------------------------------------------------- Slurm
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    reason = why_not_here()
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the Slurm tests: {reason}")
+        pytest.skip(reason)
+    folder = tmp_path_factory.mktemp("slurm")
+    folder.chmod(0o700)
+    cluster = start_cluster(folder)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def first_call(slurm, tmp_path_factory):
+    """The first call, with the long cell preempted mid-cell and the failing cell's clone holding a folder where its
+    run's lock file belongs (a job cannot fix that by itself)."""
+    top = tmp_path_factory.mktemp("slurm-run")
+    project, scratch = make_project(top / "ws", remote=top / "store"), top / "scratch"
+    (scratch / "clones" / FAILING / ".gcl-progress" / f"{FAILING}.lock").mkdir(parents=True)
+    # two cells share a job (the failing one among them); the long cell has a job of its own
+    process = driver(project, scratch, "--cpus", "1", "--cells-per-job", "2", env=slurm.env)
+    progress = scratch / "clones" / LONG / ".gcl-progress" / LONG
+    record = project / ".gcl-progress" / "cluster.json"
+    wait_for("checkpoint of the long cell", lambda: record.exists() and any(progress.glob("*.ckpt")), process)
+    job = next(k for k, v in json.loads(record.read_text())["jobs"].items() if LONG in v["cells"])
+    # the stage frozen first, so that it cannot finish the cell before the signals reach it; they wait for SIGCONT
+    stage = stage_processes(scratch / "clones" / LONG)
+    for pid in stage:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        for sig in ("TERM", "USR2"):           # what Slurm sends a job it preempts, as submitit's own tests send it
+            slurm.run("scancel", f"--signal={sig}", job)
+    finally:
+        for pid in stage:
+            os.kill(pid, signal.SIGCONT)
+    code, out, err = finish(process)
+    return project, scratch, code, out, err
+
+
+@pytest.mark.slurm
+def test_slurm_a_failed_cell_is_one_line_with_its_log_and_the_other_cells_go_on(first_call):
+    project, scratch, code, out, err = first_call
+    assert code == 1, out + err
+    jobs = json.loads((project / ".gcl-progress" / "cluster.json").read_text())["jobs"]
+    assert {frozenset(job["cells"]) for job in jobs.values()} == {frozenset(CELLS - {LONG}), frozenset({LONG})}, jobs
+    failed = [line for line in out.splitlines() if line.startswith("failed")]
+    log = scratch / "logs" / f"{FAILING}.log"
+    assert len(failed) == 1 and f"train@{FAILING}" in failed[0] and f"(log: {log})" in failed[0], out
+    assert f"cannot use .gcl-progress/{FAILING}.lock: Is a directory" in failed[0], failed
+    assert "cells: 2 done, 0 running, 0 pending, 1 failed (of 3)" in out, out
+    assert "Run the command again: it submits only the cells still missing" in out, out
+    for cell in CELLS - {FAILING}:           # the others trained, and are restored here
+        assert (project / "runs/mnist-360" / cell.split("-")[2] / cell.split("-")[3] / "metrics.json").exists(), cell
+
+
+@pytest.mark.slurm
+def test_slurm_a_preempted_job_is_requeued_and_resumes_its_cell_from_its_checkpoint(first_call):
+    project, scratch, code, out, err = first_call
+    tries = attempts(scratch, LONG)
+    assert [a["outcome"] for a in tries] == ["stopped", "done"] and tries[0]["job"] == tries[1]["job"], tries
+    assert f"requeued  train@{LONG}" in out and f"running   train@{LONG} (job {tries[0]['job']} on" in out, out
+    log = (project / "runs/mnist-360/er/200/train.log").read_text()
+    assert f"resumed from .gcl-progress/{LONG}/seed-0.ckpt at step" in log, log
+
+
+@pytest.fixture(scope="module")
+def second_call(slurm, first_call):
+    project, scratch, *_ = first_call
+    shutil.rmtree(scratch / "clones" / FAILING / ".gcl-progress" / f"{FAILING}.lock")
+    code, out, err = finish(driver(project, scratch, "--cpus", "1", env=slurm.env))
+    return project, scratch, code, out, err
+
+
+@pytest.mark.slurm
+def test_slurm_a_second_call_trains_only_the_failed_cell_then_gathers_what_serial_repro_gives(slurm, second_call, serial):
+    project, scratch, code, out, err = second_call
+    assert code == 0, out + err
+    assert [line.split()[1] for line in out.splitlines() if line.startswith("submitted")] == [f"train@{FAILING}"], out
+    for cell in CELLS - {FAILING}:
+        assert f"in the run cache: train@{cell} (restored, not submitted)" in out, out
+        assert len(attempts(scratch, cell)) == {LONG: 2}.get(cell, 1)       # each trained by exactly one job
+    assert [a["outcome"] for a in attempts(scratch, FAILING)] == ["failed", "done"]
+    assert "gathered: every cell restored from DVC's run cache; ran report" in out, out
+    assert_same_results(project, serial)
+    status = subprocess.run([sys.executable, "-m", "gcl.cluster", "--status"], cwd=project, capture_output=True,
+                            text=True, env={**os.environ, **slurm.env, "PYTHONPATH": str(project / "src")})
+    assert "cells: 3 done, 0 running, 0 pending, 0 failed (of 3)" in status.stdout, status.stdout + status.stderr
+
+
+@pytest.mark.slurm
+def test_slurm_the_gather_restored_every_cell_without_training_it(second_call):
+    project, *_ = second_call
+    out = sh(project, "dvc", "repro", "--dry").stdout
+    assert not stages_run(out), out
