@@ -16,6 +16,7 @@ LAYERS = {
     "config": {"core", "data", "methods", "training", "report"},     # training: the typed run it resolves
     "describe": {"core", "data", "methods", "training", "report", "config"},
     "warm": {"core"},
+    "cluster": {"core"},     # submits train@ cells as jobs and gathers them through dvc: it imports no pipeline code
 }
 
 
