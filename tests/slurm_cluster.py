@@ -109,21 +109,33 @@ class SlurmCluster:
                 time.sleep(0.5)
         for name, process in reversed(self.daemons):
             _end(process.pid, lambda p=process: p.poll() is not None)
-        for pid in self._leftover_pids():
-            _end(pid, lambda pid=pid: not Path(f"/proc/{pid}").exists())
+        end_processes_naming(self.folder)
 
-    def _leftover_pids(self) -> list[int]:
-        """Processes whose command line or environment names this cluster's folder (slurmstepd, job processes)."""
-        mine, marker = [], str(self.folder).encode()
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit() or int(proc.name) == os.getpid():
-                continue
-            try:
-                if marker in (proc / "cmdline").read_bytes() or marker in (proc / "environ").read_bytes():
-                    mine.append(int(proc.name))
-            except OSError:
-                continue
-        return mine
+
+def end_processes_naming(*folders: Path) -> list[int]:
+    """End (by pid) every process whose command line, environment or working folder names one of `folders`: what a
+    test started there and left running (a job's step daemon or its commands, a driver, a warm stage server).
+    Returns their pids."""
+    pids = processes_naming(*folders)
+    for pid in pids:
+        _end(pid, lambda pid=pid: not Path(f"/proc/{pid}").exists())
+    return pids
+
+
+def processes_naming(*folders: Path) -> list[int]:
+    markers = [str(Path(f).resolve()).encode() for f in folders]
+    mine = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            seen = (proc / "cmdline").read_bytes() + b"\0" + (proc / "environ").read_bytes() + b"\0" + \
+                os.readlink(proc / "cwd").encode()
+        except OSError:
+            continue
+        if any(marker in seen for marker in markers):
+            mine.append(int(proc.name))
+    return mine
 
 
 def _default_signals() -> None:

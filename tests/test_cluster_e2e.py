@@ -13,13 +13,14 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
-from slurm_cluster import start_cluster, why_not_here
+from slurm_cluster import end_processes_naming, start_cluster, why_not_here
 from test_pipeline_e2e import ROOT, ignore, sh, stages_run
 
 LONG = "mnist-360-er-200"          # preempted mid-cell: long enough (batch 1, 3 epochs) to be caught training
@@ -51,10 +52,20 @@ def make_project(path: Path, remote: Path | None = None) -> Path:
     return path
 
 
-def driver(project: Path, scratch: Path, *options: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "gcl.cluster", "--scratch", str(scratch), "--poll", "0.5", *options],
-                            cwd=project, env={**os.environ, **(env or {}), "PYTHONPATH": str(project / "src")},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+@contextmanager
+def driving(project: Path, scratch: Path, *options: str, env: dict | None = None):
+    """`python -m gcl.cluster` started in `project`; whatever it leaves running there or in `scratch` (its jobs'
+    commands, its stages' warm servers) is ended by pid afterwards, whether the test passed or not."""
+    process = subprocess.Popen([sys.executable, "-m", "gcl.cluster", "--scratch", str(scratch), "--poll", "0.5",
+                                *options], cwd=project, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env={**os.environ, **(env or {}), "PYTHONPATH": str(project / "src")})
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        end_processes_naming(project, scratch)
 
 
 def finish(process: subprocess.Popen) -> tuple[int, str, str]:
@@ -121,7 +132,8 @@ def serial(tmp_path_factory):
 @pytest.mark.e2e
 def test_the_local_executor_trains_cells_side_by_side_and_reports_what_serial_repro_does(serial, tmp_path):
     project, scratch = make_project(tmp_path / "ws"), tmp_path / "scratch"
-    code, out, err = finish(driver(project, scratch, "--executor", "local", "--max-parallel", "2"))
+    with driving(project, scratch, "--executor", "local", "--max-parallel", "2") as process:
+        code, out, err = finish(process)
     assert code == 0, out + err
     assert "the DVC cache" in out and "gathered: every cell restored from DVC's run cache; ran report" in out, out
     runs = {cell: attempts(scratch, cell) for cell in CELLS}
@@ -154,23 +166,23 @@ def first_call(slurm, tmp_path_factory):
     top = tmp_path_factory.mktemp("slurm-run")
     project, scratch = make_project(top / "ws", remote=top / "store"), top / "scratch"
     (scratch / "clones" / FAILING / ".gcl-progress" / f"{FAILING}.lock").mkdir(parents=True)
-    # two cells share a job (the failing one among them); the long cell has a job of its own
-    process = driver(project, scratch, "--cpus", "1", "--cells-per-job", "2", env=slurm.env)
     progress = scratch / "clones" / LONG / ".gcl-progress" / LONG
     record = project / ".gcl-progress" / "cluster.json"
-    wait_for("checkpoint of the long cell", lambda: record.exists() and any(progress.glob("*.ckpt")), process)
-    job = next(k for k, v in json.loads(record.read_text())["jobs"].items() if LONG in v["cells"])
-    # the stage frozen first, so that it cannot finish the cell before the signals reach it; they wait for SIGCONT
-    stage = stage_processes(scratch / "clones" / LONG)
-    for pid in stage:
-        os.kill(pid, signal.SIGSTOP)
-    try:
-        for sig in ("TERM", "USR2"):           # what Slurm sends a job it preempts, as submitit's own tests send it
-            slurm.run("scancel", f"--signal={sig}", job)
-    finally:
+    # two cells share a job (the failing one among them); the long cell has a job of its own
+    with driving(project, scratch, "--cpus", "1", "--cells-per-job", "2", env=slurm.env) as process:
+        wait_for("checkpoint of the long cell", lambda: record.exists() and any(progress.glob("*.ckpt")), process)
+        job = next(k for k, v in json.loads(record.read_text())["jobs"].items() if LONG in v["cells"])
+        # the stage frozen first, so that it cannot finish the cell before the signals reach it; they wait for SIGCONT
+        stage = stage_processes(scratch / "clones" / LONG)
         for pid in stage:
-            os.kill(pid, signal.SIGCONT)
-    code, out, err = finish(process)
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            for sig in ("TERM", "USR2"):           # what Slurm sends a job it preempts, as submitit's own tests send it
+                slurm.run("scancel", f"--signal={sig}", job)
+        finally:
+            for pid in stage:
+                os.kill(pid, signal.SIGCONT)
+        code, out, err = finish(process)
     return project, scratch, code, out, err
 
 
@@ -204,7 +216,8 @@ def test_slurm_a_preempted_job_is_requeued_and_resumes_its_cell_from_its_checkpo
 def second_call(slurm, first_call):
     project, scratch, *_ = first_call
     shutil.rmtree(scratch / "clones" / FAILING / ".gcl-progress" / f"{FAILING}.lock")
-    code, out, err = finish(driver(project, scratch, "--cpus", "1", env=slurm.env))
+    with driving(project, scratch, "--cpus", "1", env=slurm.env) as process:
+        code, out, err = finish(process)
     return project, scratch, code, out, err
 
 
