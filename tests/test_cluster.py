@@ -217,3 +217,25 @@ def test_a_submission_names_each_cells_latest_job(tmp_path):
     again = Submission.load(tmp_path)
     assert again == submission and again.job_of() == {"a": "5_0", "b": "9"}
     assert json.loads((tmp_path / ".gcl-progress" / "cluster.json").read_text())["scratch"] == "/scratch"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max-parallel", "0"], "--max-parallel 0: must be at least 1"),
+    (["--gpus", "-1"], "--gpus -1: must be zero or more"),
+    (["--poll", "0"], "--poll 0.0: must be positive"),
+    (["--sbatch", "account"], "--sbatch account: write it as OPTION=VALUE"),
+])
+def test_options_the_command_refuses(args, message):
+    from gcl.cluster.cli import parser, plan_of
+    with pytest.raises(ClusterError, match=message):
+        plan_of(parser().parse_args(["--scratch", "s", *args]))
+
+
+def test_options_become_what_each_job_asks_for():
+    from gcl.cluster.cli import parser, plan_of
+    plan = plan_of(parser().parse_args(["--scratch", "s", "--gpus", "1", "--sbatch=--account=p", "--sbatch",
+                                        "qos=high", "--setup", "module load cuda", "--max-timeouts", "0"]))
+    assert plan.job.sbatch == {"account": "p", "qos": "high"} and plan.job.setup == ["module load cuda"]
+    assert (plan.job.executor, plan.job.gpus, plan.job.max_parallel, plan.job.max_timeouts) == ("slurm", 1, None, 0)
+    local = plan_of(parser().parse_args(["--scratch", "s", "--executor", "local"]))
+    assert local.job.max_parallel == 2 and local.cells_per_job == 1

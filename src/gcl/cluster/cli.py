@@ -51,10 +51,12 @@ def parser() -> argparse.ArgumentParser:
 def plan_of(args: argparse.Namespace) -> Plan:
     if args.scratch is None:
         raise ClusterError("--scratch: name a folder the jobs reach (for Slurm, on shared storage)")
-    for name in ("max_parallel", "cells_per_job", "time", "max_timeouts"):
+    for name, least in (("max_parallel", 1), ("cells_per_job", 1), ("time", 1), ("cpus", 1), ("gpus", 0),
+                        ("max_timeouts", 0), ("mem_gb", 0.001), ("poll", 0.001)):
         value = getattr(args, name)
-        if value is not None and value < 1:
-            raise ClusterError(f"--{name.replace('_', '-')} {value}: must be at least 1")
+        if value is not None and value < least:
+            raise ClusterError(f"--{name.replace('_', '-')} {value}: must be at least {least}" if least >= 1 else
+                               f"--{name.replace('_', '-')} {value}: must be {'positive' if least else 'zero or more'}")
     sbatch = {}
     for option in args.sbatch:
         key, equals, value = option.partition("=")
