@@ -4,8 +4,9 @@ the same profile: on a real Slurm (a private one-node cluster, tests/slurm_clust
 On Slurm, the first call (two cells sharing a job, the long one alone) meets a preemption and a failure: the long
 cell's job is preempted mid-cell (sent SIGTERM and SIGUSR2, as Slurm and submitit's own tests do, while its train stage
 is frozen so that it cannot finish first) and resumes from its checkpoint; another cell fails (a folder stands where
-its run's lock file belongs, in its clone) and is named with its log while the others go on; the second call submits
-only that cell and gathers. Under CI=true a Slurm test that cannot start its cluster fails, never skips."""
+its run's lock file belongs, in its clone) and is named with its log while the others go on. A second call, detached,
+submits only that cell; a third finds its job still queued, waits for it instead of submitting the cell again, and
+gathers. Under CI=true a Slurm test that cannot start its cluster fails, never skips."""
 import json
 import os
 import shutil
@@ -53,12 +54,16 @@ def make_project(path: Path, remote: Path | None = None) -> Path:
 
 
 @contextmanager
-def driving(project: Path, scratch: Path, *options: str, env: dict | None = None):
-    """`python -m gcl.cluster` started in `project`; whatever it leaves running there or in `scratch` (its jobs'
-    commands, its stages' warm servers) is ended by pid afterwards, whether the test passed or not."""
+def driving(project: Path, scratch: Path, *options: str, env: dict | None = None, out: Path | None = None):
+    """`python -m gcl.cluster` started in `project` (its output to `out`, where given, to be read while it runs);
+    whatever it leaves running there or in `scratch` (its jobs' commands, its stages' warm servers) is ended by pid
+    afterwards, whether the test passed or not."""
+    stdout = open(out, "w") if out is not None else subprocess.PIPE
     process = subprocess.Popen([sys.executable, "-m", "gcl.cluster", "--scratch", str(scratch), "--poll", "0.5",
-                                *options], cwd=project, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                *options], cwd=project, text=True, stdout=stdout, stderr=subprocess.PIPE,
                                env={**os.environ, **(env or {}), "PYTHONPATH": str(project / "src")})
+    if out is not None:
+        stdout.close()
     try:
         yield process
     finally:
@@ -84,7 +89,7 @@ def wait_for(what: str, condition, process: subprocess.Popen | None = None, dead
         if condition():
             return
         if process is not None and process.poll() is not None:
-            raise AssertionError(f"the driver ended before {what}:\n" + "\n".join(process.communicate()))
+            raise AssertionError(f"the driver ended before {what}:\n" + "\n".join(filter(None, process.communicate())))
         time.sleep(0.1)
     raise AssertionError(f"no {what} within {deadline_s} s")
 
@@ -212,29 +217,61 @@ def test_slurm_a_preempted_job_is_requeued_and_resumes_its_cell_from_its_checkpo
     assert f"resumed from .gcl-progress/{LONG}/seed-0.ckpt at step" in log, log
 
 
+def status_of(project: Path, env: dict) -> str:
+    done = subprocess.run([sys.executable, "-m", "gcl.cluster", "--status"], cwd=project, capture_output=True,
+                          text=True, env={**os.environ, **env, "PYTHONPATH": str(project / "src")})
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
 @pytest.fixture(scope="module")
 def second_call(slurm, first_call):
+    """The failing cell's obstacle removed: a detached call submits it (its job held an hour: --sbatch begin=...) and
+    exits; `--status` sees it pending; a third call finds that job still queued and waits for it instead of
+    submitting the cell again (the job released once it says so), then gathers."""
     project, scratch, *_ = first_call
     shutil.rmtree(scratch / "clones" / FAILING / ".gcl-progress" / f"{FAILING}.lock")
-    with driving(project, scratch, "--cpus", "1", env=slurm.env) as process:
-        code, out, err = finish(process)
-    return project, scratch, code, out, err
+    with driving(project, scratch, "--cpus", "1", "--detach", "--sbatch", "begin=now+3600", env=slurm.env) as process:
+        detached = finish(process)
+    pending = status_of(project, slurm.env)
+    said = scratch.parent / "third-call.out"
+    with driving(project, scratch, "--cpus", "1", env=slurm.env, out=said) as process:
+        wait_for("the third call's wait for the earlier job", lambda: "from an earlier call" in said.read_text(), process)
+        slurm.run("scontrol", "update", f"JobId={latest_job(project, FAILING)}", "StartTime=now")
+        code, _, err = finish(process)
+    return project, scratch, detached, pending, (code, said.read_text(), err), status_of(project, slurm.env)
+
+
+def latest_job(project: Path, cell: str) -> str:
+    jobs = json.loads((project / ".gcl-progress" / "cluster.json").read_text())["jobs"]
+    return max((k for k, v in jobs.items() if cell in v["cells"]), key=lambda k: jobs[k]["submitted"])
 
 
 @pytest.mark.slurm
-def test_slurm_a_second_call_trains_only_the_failed_cell_then_gathers_what_serial_repro_gives(slurm, second_call, serial):
-    project, scratch, code, out, err = second_call
-    assert code == 0, out + err
+def test_slurm_a_detached_call_submits_only_the_failed_cell_and_status_sees_it_pending(second_call):
+    project, scratch, (code, out, err), pending, *_ = second_call
+    assert code == 0 and "detached: the jobs run on" in out, out + err
     assert [line.split()[1] for line in out.splitlines() if line.startswith("submitted")] == [f"train@{FAILING}"], out
     for cell in CELLS - {FAILING}:
         assert f"in the run cache: train@{cell} (restored, not submitted)" in out, out
-        assert len(attempts(scratch, cell)) == {LONG: 2}.get(cell, 1)       # each trained by exactly one job
+    assert f"submitted train@{FAILING} (job {latest_job(project, FAILING)})" in pending, pending
+    assert "cells: 2 done, 0 running, 1 pending, 0 failed (of 3)" in pending, pending
+
+
+@pytest.mark.slurm
+def test_slurm_a_later_call_waits_for_the_earlier_job_then_gathers_what_serial_repro_gives(second_call, serial):
+    project, scratch, _, _, (code, out, err), status = second_call
+    assert code == 0, out + err
+    job = latest_job(project, FAILING)
+    assert f"still queued or running from an earlier call: train@{FAILING} (job {job})" in out, out
+    assert not [line for line in out.splitlines() if line.startswith("submitted")], out
+    assert f"done      train@{FAILING} (job {job}" in out, out
+    for cell in CELLS:
+        assert len(attempts(scratch, cell)) == {LONG: 2, FAILING: 2}.get(cell, 1)   # each trained by exactly one job
     assert [a["outcome"] for a in attempts(scratch, FAILING)] == ["failed", "done"]
     assert "gathered: every cell restored from DVC's run cache; ran report" in out, out
     assert_same_results(project, serial)
-    status = subprocess.run([sys.executable, "-m", "gcl.cluster", "--status"], cwd=project, capture_output=True,
-                            text=True, env={**os.environ, **slurm.env, "PYTHONPATH": str(project / "src")})
-    assert "cells: 3 done, 0 running, 0 pending, 0 failed (of 3)" in status.stdout, status.stdout + status.stderr
+    assert "cells: 3 done, 0 running, 0 pending, 0 failed (of 3)" in status, status
 
 
 @pytest.mark.slurm

@@ -61,7 +61,7 @@ def drive(root: Path, plan: Plan, say: Callable[[str], None] = print) -> int:
         else:
             submitter = Submitter(plan.job, scratch, share, submission, jobs, root)
             cells = {c.name for c in todo}
-            if not watch(submitter, groups, cells, plan, say):
+            if not watch(submitter, groups, cells, attached, plan, say):
                 return 0                 # detached: the jobs run on
             if any(v.status == "failed" for v in cell_views(submission, jobs, scratch, cells)):
                 workspace.restore_or_list(root, share)      # the cells that are done, into this workspace
@@ -170,9 +170,11 @@ class Submitter:
         return job_id
 
 
-def watch(submitter: Submitter, groups: list[list[Cell]], cells: set[str], plan: Plan, say: Callable[[str], None]) -> bool:
+def watch(submitter: Submitter, groups: list[list[Cell]], cells: set[str], attached: set[str], plan: Plan,
+          say: Callable[[str], None]) -> bool:
     """Submit the groups (Slurm: at once; local: as slots free up), print a line per change and a summary, until
-    every cell is done or failed. False when detached: the jobs were submitted and left to run."""
+    every cell is done or failed. `attached`: cells whose earlier job this call waits for (said already, not
+    "submitted" again). False when detached: the jobs were submitted and left to run."""
     local = plan.job.executor == "local"
     if local and plan.detach:
         raise ClusterError("--detach: local jobs run on this machine and need the driver to start them; use it "
@@ -181,7 +183,7 @@ def watch(submitter: Submitter, groups: list[list[Cell]], cells: set[str], plan:
     if not local and queue:
         submitter.submit_all(queue)
         queue = []
-    seen: dict[str, tuple] = {}
+    seen: dict[str, tuple] = {cell: ("pending", 0) for cell in attached}
     while True:
         if local:
             for slot in submitter.free_slots():
