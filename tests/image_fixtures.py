@@ -249,3 +249,16 @@ def rewrite_zip(src: Path, dst: Path, drop=(), replace=None, compression=zipfile
             if name not in drop:
                 zout.writestr(name, replace.get(name, zin.read(name)))
     return dst
+
+
+def read_folder(path, **settings) -> dict:
+    """The image-folder source read from `path` with these settings, as prepare@ reads it."""
+    from gcl.data.sources import read_source
+    return read_source("image-folder", {"path": str(path), **settings})
+
+
+def one_line(exc_info) -> str:
+    """A raised error's message, which must be a single line."""
+    text = str(exc_info.value)
+    assert "\n" not in text
+    return text

@@ -25,8 +25,8 @@ from gcl.data import folder_sources, image_files, random_sources
 from gcl.data.folder_sources import channel_stats
 from gcl.data.image_sources import NORMALIZATION
 from gcl.data.random_sources import SourceShape, shape_name
-from gcl.data.sources import SourceError, read_source
-from image_fixtures import CIFAR10_NAMES, tar_folder, write_image_folder, zip_folder
+from gcl.data.sources import SourceError
+from image_fixtures import CIFAR10_NAMES, one_line, read_folder, tar_folder, write_image_folder, zip_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 # the real copy (not part of the project: a machine that has one says where; the test is skipped elsewhere)
@@ -45,19 +45,9 @@ def folder(tmp_path, **kw) -> tuple[Path, dict]:
     return write_image_folder(tmp_path / "copy", imgs), imgs
 
 
-def read(path, **settings) -> dict:
-    return read_source("image-folder", {"path": str(path), **settings})
-
-
-def one_line(exc_info) -> str:
-    text = str(exc_info.value)
-    assert "\n" not in text
-    return text
-
-
 def test_class_folders_become_labels_in_sorted_order_and_images_in_natural_order(tmp_path):
     root, imgs = folder(tmp_path)
-    data = read(root)
+    data = read_folder(root)
     order = sorted(CLASSES)
     assert data["classes"] == order == ["ant", "cat", "dog"]
     assert data["train_y"].tolist() == [k for k in range(3) for _ in range(12)]
@@ -77,14 +67,14 @@ def test_a_zip_or_a_tar_of_the_folder_reads_the_same_with_or_without_a_top_folde
     root, _ = folder(tmp_path)
     (root / "README.txt").write_text("a note beside the splits")
     (root / "train" / "ant" / ".DS_Store").write_bytes(b"\0")        # hidden files are skipped
-    want = read(root)
+    want = read_folder(root)
     archives = [tar_folder(root, tmp_path / "copy.tar.gz"), zip_folder(root, tmp_path / "top.zip"),
                 zip_folder(root, tmp_path / "flat.zip", top=False)]
     with tarfile.open(tmp_path / "plain.tar", "w") as tar:      # ./train/...: a tar made inside the folder
         tar.add(root, arcname=".")
     archives.append(tmp_path / "plain.tar")
     for archive in archives:
-        got = read(archive)
+        got = read_folder(archive)
         assert got["classes"] == want["classes"], archive
         for key in ("train_x", "train_y", "test_x", "test_y"):
             assert torch.equal(got[key], want[key]), (archive, key)
@@ -92,10 +82,10 @@ def test_a_zip_or_a_tar_of_the_folder_reads_the_same_with_or_without_a_top_folde
 
 def test_the_classes_setting_orders_the_labels_and_must_name_the_folders(tmp_path):
     root, imgs = folder(tmp_path)
-    data = read(root, classes=CLASSES)
+    data = read_folder(root, classes=CLASSES)
     assert data["classes"] == CLASSES and torch.equal(data["train_x"][:12], torch.from_numpy(np.stack(imgs["train"]["dog"])))
     with pytest.raises(SourceError) as e:
-        read(root, classes=["dog", "ant", "bee"])
+        read_folder(root, classes=["dog", "ant", "bee"])
     assert re.search(r"`classes` names bee, which .*copy has no folder for and leaves out its class folders cat\. "
                      r"Fix: list exactly the class folders of train/", one_line(e))
 
@@ -117,7 +107,7 @@ def test_given_mean_and_std_are_recorded_and_checked():
 
 def test_given_statistics_replace_the_computed_ones(tmp_path):
     root, _ = folder(tmp_path)
-    data = read(root, mean=[0.4914, 0.4822, 0.4465], std=[0.2470, 0.2435, 0.2615])
+    data = read_folder(root, mean=[0.4914, 0.4822, 0.4465], std=[0.2470, 0.2435, 0.2615])
     assert (tuple(data["mean"]), tuple(data["std"])) == NORMALIZATION["cifar10"]
 
 
@@ -156,23 +146,23 @@ def test_like_gives_the_tools_the_folders_shape_and_without_it_they_say_to_set_i
 def test_like_checks_the_class_count_images_per_class_and_image_size(tmp_path, monkeypatch):
     root, _ = folder(tmp_path)
     with pytest.raises(SourceError) as e:
-        read(root, like="cifar10")
+        read_folder(root, like="cifar10")
     assert re.search(r"copy is not shaped like cifar10 \(the source's `like`\): 3 classes, not 10\. Fix: point "
                      r"`path` at a complete copy of cifar10", one_line(e))
     monkeypatch.setitem(folder_sources.LIKE_CLASSES, "cifar10", tuple(sorted(CLASSES)))
     monkeypatch.setitem(random_sources.SOURCE_SHAPES, "cifar10", SourceShape(3, 12, (3, 3, 2), (3, 32, 32),
                                                                                NORMALIZATION["cifar10"]))
     with pytest.raises(SourceError) as e:          # the counts: checked before any image is decoded
-        read(root, like="cifar10")
+        read_folder(root, like="cifar10")
     assert re.search(r"not shaped like cifar10 \(the source's `like`\): test/dog/ holds 3 images, not 2\. Fix",
                      one_line(e))
     monkeypatch.setitem(random_sources.SOURCE_SHAPES, "cifar10", SourceShape(3, 12, 3, (3, 32, 32),
                                                                                NORMALIZATION["cifar10"]))
     with pytest.raises(SourceError) as e:
-        read(root, like="cifar10")
+        read_folder(root, like="cifar10")
     assert re.search(r"train/ant/0\.png is 8x8 pixels \(width x height\), not cifar10's 32x32 \(the source's `like`\)\. Fix: set "
                      r"image_size: 32 to resize it", one_line(e))
-    assert read(root, like="cifar10", image_size=32)["train_x"].shape == (36, 3, 32, 32)
+    assert read_folder(root, like="cifar10", image_size=32)["train_x"].shape == (36, 3, 32, 32)
 
 
 def test_image_size_resizes_with_pil_bilinear_or_refuses_when_resize_is_off(tmp_path):
@@ -180,18 +170,18 @@ def test_image_size_resizes_with_pil_bilinear_or_refuses_when_resize_is_off(tmp_
     odd = np.random.default_rng(1).integers(0, 256, (3, 10, 12), dtype=np.uint8)
     Image.fromarray(odd.transpose(1, 2, 0)).save(root / "train" / "cat" / "5.png")
     with pytest.raises(SourceError) as e:
-        read(root)
+        read_folder(root)
     assert re.search(r"copy: train/cat/5\.png is 12x10 pixels \(width x height\), not the 8x8 of the first training "
                      r"image\. Fix: set image_size to resize every image to one size, or replace it\.", one_line(e))
     with pytest.raises(SourceError) as e:
-        read(root, image_size=8, resize=False)
+        read_folder(root, image_size=8, resize=False)
     assert re.search(r"train/cat/5\.png is 12x10 pixels \(width x height\), not the 8x8 that image_size sets "
                      r"\(resize is false\)\. Fix: set resize: true", one_line(e))
-    data = read(root, image_size=8)
+    data = read_folder(root, image_size=8)
     resized = np.array(Image.fromarray(odd.transpose(1, 2, 0)).resize((8, 8), Image.BILINEAR)).transpose(2, 0, 1)
     assert torch.equal(data["train_x"][12 + 5], torch.from_numpy(resized))
     assert torch.equal(data["train_x"][0], torch.from_numpy(imgs["train"]["ant"][0]))    # 8x8 ones as they are
-    assert read(root, image_size=4)["test_x"].shape == (9, 3, 4, 4)
+    assert read_folder(root, image_size=4)["test_x"].shape == (9, 3, 4, 4)
 
 
 def test_grey_scale_palette_and_rgba_images_are_converted_to_rgb(tmp_path):
@@ -201,19 +191,19 @@ def test_grey_scale_palette_and_rgba_images_are_converted_to_rgb(tmp_path):
     Image.fromarray(grey, mode="L").save(root / "train" / "ant" / "0.png")
     Image.fromarray(rgba, mode="RGBA").save(root / "train" / "ant" / "1.png")
     Image.fromarray(rgba[:, :, :3]).convert("P").save(root / "train" / "ant" / "2.png")
-    data = read(root)
+    data = read_folder(root)
     assert torch.equal(data["train_x"][0], torch.from_numpy(np.stack([grey] * 3)))
     assert torch.equal(data["train_x"][1], torch.from_numpy(rgba[:, :, :3].transpose(2, 0, 1)))   # alpha dropped
     palette = np.array(Image.open(root / "train" / "ant" / "2.png").convert("RGB")).transpose(2, 0, 1)
     assert torch.equal(data["train_x"][2], torch.from_numpy(palette))
-    single = read(root, channels=1)
+    single = read_folder(root, channels=1)
     assert single["train_x"].shape == (36, 1, 8, 8) and torch.equal(single["train_x"][0, 0], torch.from_numpy(grey))
     assert len(single["mean"]) == 1
 
 
 def test_a_missing_path_or_split_folder_is_named_with_the_fix(tmp_path):
     with pytest.raises(SourceError) as e:
-        read(tmp_path / "nowhere.tar.gz")
+        read_folder(tmp_path / "nowhere.tar.gz")
     assert re.search(r"nowhere\.tar\.gz does not exist\. Fix: point the source's `path` at a folder, or a "
                      r"\.tar/\.tar\.gz/\.tgz/\.zip of one, holding train/<class>/ and test/<class>/ images", one_line(e))
     root, _ = folder(tmp_path)
@@ -223,12 +213,12 @@ def test_a_missing_path_or_split_folder_is_named_with_the_fix(tmp_path):
         part.rmdir()
     (root / "test").rmdir()
     with pytest.raises(SourceError) as e:
-        read(root)
+        read_folder(root)
     assert re.search(r"copy has no test/ folder \(it holds train/\): an image folder holds train/<class>/ and "
                      r"test/<class>/ images\. Fix: ", one_line(e))
     archive = tar_folder(root, tmp_path / "copy.tgz")
     with pytest.raises(SourceError, match=r"copy\.tgz has no copy/test/ folder \(it holds train/\)"):
-        read(archive)
+        read_folder(archive)
 
 
 def test_an_empty_class_folder_or_classes_that_differ_between_splits_are_refused(tmp_path):
@@ -236,16 +226,16 @@ def test_an_empty_class_folder_or_classes_that_differ_between_splits_are_refused
     (root / "train" / "emu").mkdir()
     (root / "test" / "emu").mkdir()
     with pytest.raises(SourceError) as e:
-        read(root)
+        read_folder(root)
     assert re.search(r"copy: train/emu/ holds no images\. Fix: add its images, or remove the class's folder",
                      one_line(e))
     archive = zip_with_folder_entries(root, tmp_path / "empty.zip")    # an empty folder: an entry of its own
     with pytest.raises(SourceError, match=r"empty\.zip: copy/train/emu/ holds no images"):
-        read(archive)
+        read_folder(archive)
     (root / "train" / "emu").rmdir()
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(root / "test" / "emu" / "0.png")
     with pytest.raises(SourceError) as e:
-        read(root)
+        read_folder(root)
     assert re.search(r"the class folders of train/ and test/ differ \(only in train/: none; only in test/: emu\)\. "
                      r"Fix: give both the same class folders\.", one_line(e))
 
@@ -262,13 +252,13 @@ def test_a_file_that_is_not_an_image_or_is_cut_short_is_named(tmp_path):
     root, _ = folder(tmp_path)
     (root / "train" / "cat" / "notes.txt").write_text("not an image")
     with pytest.raises(SourceError) as e:
-        read(root)
+        read_folder(root)
     assert re.search(r"copy: train/cat/notes\.txt is not an image file \(accepted: \.jpg, \.jpeg, \.png, .*\)\. Fix: "
                      r"remove it from the class folder, or convert it\.", one_line(e))
     (root / "train" / "cat" / "notes.txt").unlink()
     (root / "train" / "dog" / "3.png").write_bytes(b"not a png at all")
     with pytest.raises(SourceError) as e:
-        read(root)
+        read_folder(root)
     assert re.search(r"copy: train/dog/3\.png is not a readable image \(cannot identify image file .*\)\. Fix: "
                      r"replace the file with an intact copy of the image, or remove it\.$", one_line(e))
     victim = root / "train" / "dog" / "3.png"
@@ -276,7 +266,7 @@ def test_a_file_that_is_not_an_image_or_is_cut_short_is_named(tmp_path):
     Image.fromarray(np.random.default_rng(3).integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(buf, format="PNG")
     victim.write_bytes(buf.getvalue()[:len(buf.getvalue()) // 2])          # a PNG cut short
     with pytest.raises(SourceError) as e:
-        read(root)
+        read_folder(root)
     assert re.search(r"copy: train/dog/3\.png is not a readable image \(.*\)\. Fix: ", one_line(e))
     jpeg = io.BytesIO()
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(jpeg, format="JPEG")
@@ -284,11 +274,11 @@ def test_a_file_that_is_not_an_image_or_is_cut_short_is_named(tmp_path):
     (root / "train" / "dog" / "3.jpg").write_bytes(jpeg.getvalue()[:-40])   # a JPEG cut short
     with pytest.raises(SourceError, match=r"train/dog/3\.jpg is not a readable image \((Truncated File Read|image "
                                           r"file is truncated.*)\)\. Fix: replace the file"):
-        read(root)
+        read_folder(root)
     (root / "train" / "dog" / "3.jpg").unlink()
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(root / "train" / "stray.png")
     with pytest.raises(SourceError, match=r"copy: train/stray\.png is in no class folder\. Fix: move it"):
-        read(root)
+        read_folder(root)
 
 
 def test_a_damaged_archive_is_named_with_the_fix(tmp_path):
@@ -297,35 +287,35 @@ def test_a_damaged_archive_is_named_with_the_fix(tmp_path):
     data = archive.read_bytes()
     archive.write_bytes(data[:len(data) // 2])
     with pytest.raises(SourceError) as e:
-        read(archive)
+        read_folder(archive)
     assert re.search(r"copy\.tar\.gz cannot be read as a tar archive \(EOFError: .*\): it is truncated or damaged\. "
                      r"Supply a complete copy\. Fix: point the source's `path`", one_line(e))
     archive.write_bytes(b"\x1f\x8b" + data[2:200])      # gzip's magic, then garbage
     with pytest.raises(SourceError, match=r"copy\.tar\.gz cannot be read as a tar archive"):
-        read(archive)
+        read_folder(archive)
     zipped = zip_folder(root, tmp_path / "copy.zip")
     whole = zipped.read_bytes()
     zipped.write_bytes(whole[:len(whole) - 100])                 # its central directory cut off
     with pytest.raises(SourceError) as e:
-        read(zipped)
+        read_folder(zipped)
     assert re.search(r"copy\.zip is not a zip archive \(.*\): it is truncated, damaged or another kind of file\. Fix:",
                      one_line(e))
     other = tmp_path / "copy.bin"
     other.write_bytes(b"neither")
     with pytest.raises(SourceError, match=r"copy\.bin is neither a folder nor a zip or tar archive"):
-        read(other)
+        read_folder(other)
     zipped.write_bytes(whole)                                       # a bad CRC in one member
     from test_image_sources import _flip_member_byte
     _flip_member_byte(zipped, "copy/train/cat/4.png")
     with pytest.raises(SourceError, match=r"copy\.zip: copy/train/cat/4\.png cannot be read \((BadZipFile|error): .*\): "
                                           r"the archive is corrupt\. Delete .* and supply a fresh copy"):
-        read(zipped)
+        read_folder(zipped)
 
 
 def test_a_long_decode_reports_its_progress(tmp_path, monkeypatch, capsys):
     root, _ = folder(tmp_path, per_class=10)
     monkeypatch.setattr(image_files, "PROGRESS_IMAGES", 20)
-    read(root)
+    read_folder(root)
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].startswith("copy: 3 of 30 train images decoded (10%, ") and len(lines) == 10
     assert lines[-1].startswith("copy: 30 of 30 train images decoded (100%")   # the 9 test images: too few to report
@@ -367,7 +357,7 @@ def test_the_cifar10_jpeg_copy_reads_as_cifar10(capsys):
     reads), 5,000 / 1,000 images per class, and the computed normalisation within 0.01 of CIFAR-10's published one
     (the re-encoding moves it by less than 0.002). About 25 s on the 2-core development machine."""
     started = time.perf_counter()
-    data = read(CIFAR10_JPEG, like="cifar10")
+    data = read_folder(CIFAR10_JPEG, like="cifar10")
     seconds = time.perf_counter() - started
     assert data["classes"] == CIFAR10_NAMES
     assert data["train_x"].shape == (50000, 3, 32, 32) and data["test_x"].shape == (10000, 3, 32, 32)

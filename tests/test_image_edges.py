@@ -24,8 +24,8 @@ from gcl.data import folder_sources, random_sources
 from gcl.data.image_files import ImageFiles, natural
 from gcl.data.image_sources import NORMALIZATION
 from gcl.data.random_sources import SourceShape
-from gcl.data.sources import SourceError, read_source
-from image_fixtures import CIFAR10_NAMES, pgm16, png16, tar_folder, write_image_folder, zip_folder
+from gcl.data.sources import SourceError
+from image_fixtures import CIFAR10_NAMES, one_line, pgm16, png16, read_folder, tar_folder, write_image_folder, zip_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASSES = ["dog", "ant", "cat"]
@@ -35,16 +35,6 @@ def images(per_class=4, test_per_class=2, size=8, seed=0) -> dict:
     rng = np.random.default_rng(seed)
     make = lambda n: [rng.integers(0, 256, (3, size, size), dtype=np.uint8) for _ in range(n)]
     return {"train": {c: make(per_class) for c in CLASSES}, "test": {c: make(test_per_class) for c in CLASSES}}
-
-
-def read(path, **settings) -> dict:
-    return read_source("image-folder", {"path": str(path), **settings})
-
-
-def one_line(exc_info) -> str:
-    text = str(exc_info.value)
-    assert "\n" not in text
-    return text
 
 
 def same_data(got: dict, want: dict) -> bool:
@@ -57,11 +47,11 @@ def same_data(got: dict, want: dict) -> bool:
 @pytest.mark.parametrize("lead", ["./", "/", "././"])
 def test_a_zip_whose_member_names_start_with_dot_slash_or_slash_reads_as_the_folder(tmp_path, lead):
     root = write_image_folder(tmp_path / "copy", images())
-    want = read(root)
+    want = read_folder(root)
     for top in (True, False):
         archive = zip_folder(root, tmp_path / f"copy-{top}.zip", top=top, lead=lead)
         assert all(n.startswith(lead) for n in zipfile.ZipFile(archive).namelist())
-        assert same_data(read(archive), want), (lead, top)
+        assert same_data(read_folder(archive), want), (lead, top)
 
 
 # --- images of other than 8 bits per channel ----------------------------------------------------------------
@@ -94,8 +84,8 @@ def test_16_bit_grey_is_scaled_to_8_bits_by_its_high_byte_not_clipped_to_white(t
     itself makes a 16-bit RGB PNG 8-bit."""
     root = _one_image_folder(tmp_path, name, data)
     want = (SIXTEEN >> 8).astype(np.uint8)          # 0, 0, 1, 3, 127, 128, 255, 255
-    assert torch.equal(read(root)["train_x"][0], torch.from_numpy(np.stack([want] * 3)))
-    assert torch.equal(read(root, channels=1)["train_x"][0, 0], torch.from_numpy(want))
+    assert torch.equal(read_folder(root)["train_x"][0], torch.from_numpy(np.stack([want] * 3)))
+    assert torch.equal(read_folder(root, channels=1)["train_x"][0, 0], torch.from_numpy(want))
 
 
 def test_16_bit_colour_grey_with_alpha_and_a_pgm_of_another_maxval_become_8_bit(tmp_path):
@@ -107,7 +97,7 @@ def test_16_bit_colour_grey_with_alpha_and_a_pgm_of_another_maxval_become_8_bit(
     (root / "train" / "ant" / "2.png").unlink()
     grey12 = rng.integers(0, 4096, (8, 8), dtype=np.uint16)
     (root / "train" / "ant" / "2.pgm").write_bytes(pgm16(grey12, maxval=4095))
-    x = read(root)["train_x"]
+    x = read_folder(root)["train_x"]
     assert torch.equal(x[0], torch.from_numpy((rgb >> 8).astype(np.uint8).transpose(2, 0, 1)))
     assert torch.equal(x[1], torch.from_numpy(np.stack([(la[:, :, 0] >> 8).astype(np.uint8)] * 3)))   # alpha dropped
     # PIL stretches a 12-bit PGM to 16 bits (v * 65535 / 4095, rounded); its high byte is the 8-bit value
@@ -131,7 +121,7 @@ def test_one_bit_palette_with_transparency_grey_alpha_and_cmyk_images_convert_as
     (ant / "3.png").unlink()
     with warnings.catch_warnings():
         warnings.simplefilter("error")          # PIL warns when it drops a palette's transparency itself
-        x = read(root)["train_x"]
+        x = read_folder(root)["train_x"]
     assert torch.equal(x[0], torch.from_numpy(np.stack([bits.astype(np.uint8) * 255] * 3)))
     lut = np.array(Image.open(ant / "1.png").getpalette(), dtype=np.uint8).reshape(-1, 3)
     assert torch.equal(x[1], torch.from_numpy(lut[np.array(Image.open(ant / "1.png"))].transpose(2, 0, 1)))
@@ -146,7 +136,7 @@ def test_one_bit_palette_with_transparency_grey_alpha_and_cmyk_images_convert_as
 def test_32_bit_integer_and_float_images_are_refused_naming_the_file_and_the_fix(tmp_path, mode, values, what):
     root = _one_image_folder(tmp_path, "0.tif", _saved(Image.fromarray(values), "TIFF"))
     with pytest.raises(SourceError) as e:
-        read(root)
+        read_folder(root)
     assert re.search(rf"copy: train/ant/0\.tif is {what}, whose values have no fixed range to scale to 8 bits\. "
                      r"Fix: convert it to an 8-bit RGB or grey-scale PNG or JPEG .*, or remove it\.$", one_line(e))
 
@@ -155,7 +145,7 @@ def test_a_mode_pil_cannot_convert_is_refused_naming_it(tmp_path):
     lab = Image.new("LAB", (8, 8), (50, 10, 10))
     root = _one_image_folder(tmp_path, "0.tif", _saved(lab, "TIFF"))
     with pytest.raises(SourceError) as e:
-        read(root, channels=1)
+        read_folder(root, channels=1)
     assert re.search(r"copy: train/ant/0\.tif is a PIL mode LAB image, which PIL does not convert to L \(.*\)\. "
                      r"Fix: convert it", one_line(e))
 
@@ -164,7 +154,7 @@ def test_a_mode_pil_cannot_convert_is_refused_naming_it(tmp_path):
 
 def test_split_class_and_file_links_are_followed_as_imagefolder_follows_them(tmp_path):
     plain = write_image_folder(tmp_path / "plain", images())
-    want = read(plain)
+    want = read_folder(plain)
     kept = write_image_folder(tmp_path / "elsewhere", images())      # the same images, stored elsewhere
     root = tmp_path / "copy"
     root.mkdir()
@@ -175,29 +165,29 @@ def test_split_class_and_file_links_are_followed_as_imagefolder_follows_them(tmp
         (root / "test" / c).mkdir()
         for f in (kept / "test" / c).iterdir():
             (root / "test" / c / f.name).symlink_to(f)                # files that are links
-    assert same_data(read(root), want)
+    assert same_data(read_folder(root), want)
     linked = tmp_path / "linked-copy"
     linked.symlink_to(root)                                           # the path itself a link
-    assert same_data(read(linked), want)
+    assert same_data(read_folder(linked), want)
 
 
 def test_a_link_that_makes_a_loop_or_points_nowhere_is_named_in_one_line(tmp_path):
     root = write_image_folder(tmp_path / "copy", images())
     (root / "train" / "ant" / "again").symlink_to(root / "train")
     with pytest.raises(SourceError) as e:
-        read(root)
+        read_folder(root)
     assert re.search(r"copy: train/ant/again is a symbolic link to .*/copy/train, a folder that holds it, so "
                      r"following it would never end \(a loop\)\. Fix: point the link at the folder it stands for, "
                      r"or remove it\.$", one_line(e))
     (root / "train" / "ant" / "again").unlink()
     (root / "train" / "cat" / "9.png").symlink_to(tmp_path / "gone.png")
     with pytest.raises(SourceError) as e:
-        read(root)
+        read_folder(root)
     assert re.search(r"copy: train/cat/9\.png is a symbolic link to .*/gone\.png, which does not exist or cannot be "
                      r"reached\. Fix: point the link at the folder or file it stands for, or remove it\.$", one_line(e))
     (root / "train" / "cat" / "9.png").unlink()
     (root / "train" / "cat" / ".#9.png").symlink_to("user@host.1234")    # an editor's lock: hidden, skipped
-    assert read(root)["train_x"].shape == (12, 3, 8, 8)
+    assert read_folder(root)["train_x"].shape == (12, 3, 8, 8)
 
 
 # --- names that number alike --------------------------------------------------------------------------------
@@ -249,10 +239,10 @@ def test_a_tar_holds_in_memory_no_file_it_does_not_decode(tmp_path):
     (root / "extras.bin").write_bytes(blob)
     archive = tar_folder(root, tmp_path / "copy.tar.gz")
     (root / "extras.bin").unlink()
-    want = read(root)
+    want = read_folder(root)
     tracemalloc.start()
     try:
-        got = read(archive)
+        got = read_folder(archive)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -302,7 +292,7 @@ def test_an_archive_of_8_bit_rgb_jpegs_and_pngs_reads_to_the_pixels_pil_gives_in
     archive = tar_folder(root, tmp_path / "cifar10-jpeg.tar.gz")
     monkeypatch.setitem(random_sources.SOURCE_SHAPES, "cifar10", SourceShape(10, 12, 3, (3, 32, 32),
                                                                                NORMALIZATION["cifar10"]))
-    data = read(archive, like="cifar10")
+    data = read_folder(archive, like="cifar10")
     assert data["classes"] == CIFAR10_NAMES
     for split in ("train", "test"):
         assert data[f"{split}_y"].tolist() == [k for k, _ in expected[split]]
@@ -341,9 +331,9 @@ def test_like_cifar10_refuses_class_folders_named_otherwise_naming_them(tmp_path
     the benchmark's task pairs would not be the paper's."""
     names = ["plane", "car", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
     root = _like_folder(tmp_path, names)
-    assert read(root)["classes"][:2] == ["bird", "car"]           # without `like`: read as they are
+    assert read_folder(root)["classes"][:2] == ["bird", "car"]           # without `like`: read as they are
     with pytest.raises(SourceError) as e:
-        read(root, like="cifar10")
+        read_folder(root, like="cifar10")
     assert re.search(r"copy: the class folders car, plane of train/ are not cifar10's classes \(the source's "
                      r"`like`\), which has airplane, automobile instead: the labels would not be cifar10's\. Fix: "
                      r"rename the class folders \(in train/ and test/\) to cifar10's names \(airplane, automobile, "
@@ -353,17 +343,17 @@ def test_like_cifar10_refuses_class_folders_named_otherwise_naming_them(tmp_path
     (root / "test" / "plane").rename(root / "test" / "airplane")
     (root / "train" / "car").rename(root / "train" / "automobile")
     (root / "test" / "car").rename(root / "test" / "automobile")
-    assert read(root, like="cifar10")["classes"] == CIFAR10_NAMES
+    assert read_folder(root, like="cifar10")["classes"] == CIFAR10_NAMES
 
 
 def test_like_refuses_classes_that_number_the_folders_otherwise(tmp_path, small_cifar10):
     root = _like_folder(tmp_path, CIFAR10_NAMES)
     swapped = ["automobile", "airplane", *CIFAR10_NAMES[2:]]
     with pytest.raises(SourceError) as e:
-        read(root, like="cifar10", classes=swapped)
+        read_folder(root, like="cifar10", classes=swapped)
     assert re.search(r"the source's `classes` numbers .*copy's classes otherwise than cifar10 does \(label 0 is "
                      r"automobile, where cifar10's is airplane\)\. Fix: remove `classes`", one_line(e))
-    assert read(root, like="cifar10", classes=CIFAR10_NAMES)["classes"] == CIFAR10_NAMES
+    assert read_folder(root, like="cifar10", classes=CIFAR10_NAMES)["classes"] == CIFAR10_NAMES
 
 
 def test_like_tinyimagenet_names_a_folder_that_is_not_one_of_its_wnids(tmp_path, monkeypatch):
@@ -372,10 +362,10 @@ def test_like_tinyimagenet_names_a_folder_that_is_not_one_of_its_wnids(tmp_path,
     wnids = list(folder_sources.LIKE_CLASSES["tinyimagenet"])
     root = _like_folder(tmp_path, [*wnids[:-1], "n99999999"], per_class=1)
     with pytest.raises(SourceError) as e:
-        read(root, like="tinyimagenet")
+        read_folder(root, like="tinyimagenet")
     assert re.search(r"copy: the class folders n99999999 of train/ are not tinyimagenet's classes \(the source's "
                      r"`like`\), which has n12267677 instead: .* Fix: rename the class folders \(in train/ and "
                      r"test/\) to tinyimagenet's names \(n01443537, n01629819, .* and 190 more\)", one_line(e))
     for split in ("train", "test"):
         (root / split / "n99999999").rename(root / split / "n12267677")
-    assert read(root, like="tinyimagenet")["classes"] == wnids
+    assert read_folder(root, like="tinyimagenet")["classes"] == wnids
