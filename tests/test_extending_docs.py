@@ -31,8 +31,9 @@ def test_every_link_of_every_doc_resolves():
 
 
 def readme_layout() -> dict[str, str]:
-    """The README's Layout block: each src/gcl folder (and top-level module) line, with its continuation lines."""
-    text = (ROOT / "README.md").read_text()
+    """docs/layout.md's Layout block (the README's page of what lives where): each src/gcl folder (and top-level
+    module) line, with its continuation lines."""
+    text = (ROOT / "docs" / "layout.md").read_text()
     block = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
     entries, current = {}, None
     for line in block.splitlines():
@@ -49,20 +50,20 @@ def readme_layout() -> dict[str, str]:
 
 def test_the_readme_names_every_module_of_the_library():
     """The Layout block lists every module of src/gcl by name (folders whose files are one per method, methods/,
-    are named as folders); a new module the README leaves out fails here."""
+    are named as folders); a new module docs/layout.md leaves out fails here."""
     layout = readme_layout()
     src = ROOT / "src" / "gcl"
     folders = sorted(p.name for p in src.iterdir() if p.is_dir() and (p / "__init__.py").exists())
     modules = sorted(p.stem for p in src.glob("*.py") if p.stem != "__init__")
     block = " ".join(layout.values())
     missing = [name for name in folders if name not in layout] + [m for m in modules if f"{m}.py" not in block]
-    assert not missing, f"README's Layout names no {missing}"
+    assert not missing, f"docs/layout.md's Layout names no {missing}"
     for folder in folders:
         if folder == "methods":        # one file per method, registered by name: the folder says so
             continue
         unnamed = [p.stem for p in sorted((src / folder).glob("*.py")) if p.stem not in ("__init__", "__main__")
                    and not re.search(rf"\b{p.stem}\b", layout[folder])]
-        assert not unnamed, f"README's Layout, {folder}/: {unnamed} not named"
+        assert not unnamed, f"docs/layout.md's Layout, {folder}/: {unnamed} not named"
 
 
 def test_the_readme_counts_the_default_profiles_stages():
