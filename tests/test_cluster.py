@@ -15,7 +15,7 @@ import yaml
 from configobj import ConfigObj
 
 from gcl.cluster import ClusterError
-from gcl.cluster.job import CellJob, CellTask
+from gcl.cluster.job import CellJob, CellTask, RunningCell, dvc_command
 from gcl.cluster.records import DRIVER_LOCK, Attempt, Scratch, read_attempts
 from gcl.cluster.watch import _status, last_lines
 from gcl.core.processes import RunLock
@@ -165,6 +165,37 @@ def test_a_job_told_to_stop_stops_its_cells_is_requeued_and_starts_them_again(tm
     with pytest.raises(submitit.core.utils.FailedJobError, match=f"train@fails: `python {tmp_path}"):
         job.result()
     assert "stand-in, start 2: exit 3" in last_lines(fails.log)
+
+
+def dvc_project(folder: Path) -> Path:
+    """A one-stage DVC project, its stage never run."""
+    folder.mkdir()
+    for command in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"],
+                    [sys.executable, "-m", "dvc", "stage", "add", "-q", "-n", "made", "-o", "made.txt",
+                     "echo made > made.txt"]):
+        subprocess.run(command, cwd=folder, check=True, capture_output=True)
+    return folder
+
+
+@pytest.mark.parametrize("half_written", [True, False], ids=["half-written", "its-pid-given-to-another-process"])
+def test_an_attempt_removes_the_dvc_locks_a_killed_dvc_left_in_its_clone(tmp_path, half_written):
+    """The rwlock a DVC killed mid-write leaves (empty), or one naming a process id that is now another process's
+    (a requeue on another node): DVC itself refuses to run there; a cell's attempt runs."""
+    clone = dvc_project(tmp_path / "clone")
+    rwlock = clone / ".dvc" / "tmp" / "rwlock"
+    # the test's own pid stands for the killed DVC's, now another process's
+    left = "" if half_written else json.dumps({"write": {str(clone / "made.txt"): {"pid": os.getpid(), "cmd": "dvc"}}})
+    rwlock.write_text(left)
+    refused = subprocess.run(dvc_command("repro"), cwd=clone, capture_output=True, text=True)
+    assert refused.returncode != 0 and ("corrupted" in refused.stderr or "is busy" in refused.stderr), refused
+    rwlock.write_text(left)
+    task = CellTask("made", str(clone), (dvc_command("repro"),), str(tmp_path / "made.json"), str(tmp_path / "made.log"))
+    cell = RunningCell(task, "7_1", "node")
+    cell.start()
+    wait_for(lambda: cell.poll() or cell.process is None)
+    assert cell.outcome == "done", Path(task.log).read_text()
+    assert (clone / "made.txt").read_text() == "made\n"
+    assert "removed the DVC lock files an earlier DVC left in the clone: .dvc/tmp/rwlock" in Path(task.log).read_text()
 
 
 def attempt(outcome=None, detail="", job="7_1") -> Attempt:

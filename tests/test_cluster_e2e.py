@@ -24,7 +24,8 @@ import yaml
 from slurm_cluster import end_processes_naming, start_cluster, why_not_here
 from test_pipeline_e2e import ROOT, ignore, sh, stages_run
 
-LONG = "mnist-360-er-200"          # preempted mid-cell: long enough (batch 1, 3 epochs) to be caught training
+LONG = "mnist-360-er-200"          # preempted mid-cell: long enough (batch 1, 8 epochs, ~6 s) to be caught training
+                                   # when the test freezes it, on a slow and loaded machine too
 FAILING = "mnist-360-sgd-none"     # fails in the first call
 CELLS = {LONG, FAILING, "mnist-360-joint-none"}
 TIMINGS = ["train_seconds", "samples_per_second"]
@@ -35,7 +36,7 @@ def cut_profile() -> dict:
     params = yaml.safe_load((ROOT / "profiles" / "ci.yaml").read_text())
     params["seeds"] = [0]
     params["checkpoint_minutes"] = 0.002       # a checkpoint every ~0.1 s: the preempted cell has one to resume from
-    params["runs"][LONG].update(batch=1, epochs=3)
+    params["runs"][LONG].update(batch=1, epochs=8)
     params["report"]["figures"] = False
     assert set(params["runs"]) == CELLS
     return params

@@ -8,6 +8,11 @@ the local executor sends it at its own time-out), submitit calls `checkpoint`, w
 with the same cells; the next attempt finds each cell's progress files in its clone and resumes from them. Slurm
 also signals every process of a job it preempts or cancels: a command killed by a signal from outside is not a
 failure of the cell, so the job waits for its requeue (or its end) instead of reporting one.
+
+A killed DVC leaves its locks behind in the clone: its entries in .dvc/tmp/rwlock (which block the next attempt where
+their process id has been given to another process, on this node or on the one the job is requeued to), the file
+itself half-written where the kill came while DVC rewrote it, or a hardlink lock. An attempt owns its cell's clone
+(the driver never submits a cell whose earlier job may still run), so it removes them before its first command.
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ HEARTBEAT_S = 60.0            # how often a running cell's record says it is ali
 STOP_GRACE_S = 20.0           # SIGINT to SIGKILL when the job stops its cells
 OUTSIDE_STOP_WAIT_S = 300.0   # how long a job whose commands were killed from outside waits to be requeued or ended
 OUTSIDE_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGKILL, signal.SIGUSR2, signal.SIGHUP}
+DVC_LOCKS = (".dvc/tmp/rwlock", ".dvc/tmp/rwlock.lock", ".dvc/tmp/lock")   # DVC's, relative to the clone
 
 
 class CellsFailed(RuntimeError):
@@ -95,9 +101,12 @@ class RunningCell:
         attempts.append(Attempt(job=self.job, host=self.host, started=time.time(), seen=time.time()))
         write_attempts(Path(self.task.record), self.task.cell, attempts)
         Path(self.task.log).parent.mkdir(parents=True, exist_ok=True)
+        removed = remove_dvc_locks(Path(self.task.clone))
         with open(self.task.log, "a") as log:
             log.write(f"=== train@{self.task.cell}: attempt {len(attempts)}, job {self.job} on {self.host}, "
                       f"{time.strftime('%Y-%m-%d %H:%M:%S')}, in {self.task.clone}\n")
+            if removed:
+                log.write(f"=== removed the DVC lock files an earlier DVC left in the clone: {', '.join(removed)}\n")
         self._launch()
 
     def _launch(self) -> None:
@@ -157,6 +166,18 @@ class RunningCell:
         for key, value in changes.items():
             setattr(attempts[-1], key, value)
         write_attempts(path, self.task.cell, attempts)
+
+
+def remove_dvc_locks(clone: Path) -> list[str]:
+    """Remove the DVC locks in `clone` (see the module's docstring); returns those there were."""
+    removed = []
+    for relative in DVC_LOCKS:
+        try:
+            (clone / relative).unlink()
+            removed.append(relative)
+        except FileNotFoundError:
+            pass
+    return removed
 
 
 def cell_environment(clone: str) -> dict[str, str]:
