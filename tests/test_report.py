@@ -160,6 +160,23 @@ def test_registered_label_and_paper_row_are_defaults(resolved):
     assert t1["DER++ (registered)"]["B=200 paper"] == "54.16"
 
 
+def test_a_method_sent_to_its_own_papers_table_is_read_there_despite_no_coca_paper_row(resolved):
+    """ER-ACE is registered with no CoCa-paper row ('-'); a profile that sends it to the ER-ACE paper's table
+    (paper_table: erace_paper) must show that paper's number, not '-'."""
+    resolved["benchmarks"]["online-cifar10"] = {"label": "online", "source": "cifar10", "kind": "sequential",
+                                                "has_tasks": True}
+    add(resolved, "online-cifar10", "er-ace", 1000, [46.0, 47.0], task_il=83.0)
+    resolved["methods"]["er-ace"]["paper_row"] = "-"                      # as gcl.methods.erace registers it
+    resolved["report"]["methods"]["er-ace"] = {"label": "ER-ACE", "paper_table": "erace_paper"}
+    write_report(resolved, "results", PAPER)
+    t1 = table(section(section(tables_md(), "## Table 1: Class-IL"), "### online-cifar10"))
+    assert t1["ER-ACE"]["B=1000 ER-ACE paper"] == "52.20"
+    resolved["report"]["methods"]["er-ace"]["paper_row"] = "-"            # the block's own '-' still means none
+    write_report(resolved, "results", PAPER)
+    t1 = table(section(section(tables_md(), "## Table 1: Class-IL"), "### online-cifar10"))
+    assert "B=1000 ER-ACE paper" not in t1["ER-ACE"] or t1["ER-ACE"]["B=1000 ER-ACE paper"] == "-"
+
+
 # ---------------------------------------------------------------------------- item 2: defects
 
 def test_der_rows_are_compared_with_the_right_paper_rows_and_task_il_has_no_class_il_number(resolved):

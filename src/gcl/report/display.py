@@ -32,11 +32,15 @@ class Display:
         return (registered and registered.algorithm) or self.algorithm.get(method, method)
 
     def paper_row(self, method: str) -> tuple[str | None, str]:
-        """(reference table or None for the table at hand, row name in the reference files)."""
+        """(reference table or None for the table at hand, row name in the reference files). A registered
+        paper_row names the method's row in the CoCa paper's tables ('-' for ER-ACE and CLS-ER: none there), so
+        a method that the report block sends to another paper's table (`paper_table:`) is looked up there under
+        its own algorithm's name unless the block names the row."""
         spec = self.settings.methods.get(method)
-        registered = self.registered.get(method)
+        table = spec.paper_table if spec else None
+        registered = None if table else self.registered.get(method)
         row = (spec and spec.paper_row) or (registered and registered.paper_row) or self.algorithm_of(method)
-        return (spec.paper_table if spec else None), row
+        return table, row
 
     def notes(self, method: str, benchmark: str) -> list[str]:
         spec = self.settings.methods.get(method)
