@@ -127,3 +127,11 @@ def test_mps_that_cannot_start_or_is_absent_is_said_and_training_goes_on(tmp_pat
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     start_mps(said.append)
     assert "not on PATH" in said[-1]
+
+
+def test_a_cpu_seed_records_torch_s_cpu_capability_and_a_gpu_seed_does_not():
+    import torch
+
+    from gcl.core.devices import environment
+    env = environment(torch.device("cpu"), bf16=False)
+    assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and env["cpu_capability"]

@@ -484,6 +484,19 @@ def test_each_seed_says_where_it_was_computed_and_mixed_environments_are_flagged
     assert "torch 2.14.1, Some CPU, 1 thread(s), fp32, seeds stacked (5 seeds)" in t1 and "3 environments" in t1
 
 
+def test_seeds_from_two_cpu_capabilities_are_two_environments(resolved):
+    """One CPU model name covers machines whose kernels dispatch to other instruction sets (AVX2, AVX-512), which
+    round float32 otherwise: the report names each capability and says the cells mix them."""
+    for buffer, capability in ((500, "AVX512"), (1000, "AVX2")):
+        add(resolved, "mnist-360", "er", buffer, [61.0, 62.0], env={**ENV, "cpu_capability": capability})
+    write_report(resolved, "results", PAPER)
+    assert "**These results mix environments**" in tables_md()
+    t1 = section(section(tables_md(), "## Table 1: Class-IL"), "### mnist-360")
+    assert "torch 2.14.1, Some CPU (AVX512), 1 thread(s), fp32 (2 seeds)" in t1
+    assert "torch 2.14.1, Some CPU (AVX2), 1 thread(s), fp32 (2 seeds)" in t1
+    assert set(pd.read_csv("results/summary.csv").env_cpu_capability.dropna()) == {"AVX512", "AVX2"}
+
+
 def test_a_full_disk_writing_the_report_is_one_line_naming_results_and_keeps_the_old_ones(resolved, monkeypatch):
     """pandas' write to an open file carries no file name; the line names results/, which is left as it was."""
     import errno

@@ -328,6 +328,9 @@ def resolve_run(params: dict, key: str, top: TopLevel | None = None) -> Resolved
     if cls.needs_boundaries and not benchmark.has_tasks:
         raise ParamsError(f"{where}: method {method!r} ({cls.name}) needs task boundaries, and benchmark {bench_name!r} "
                           "has none (general continual: no method is ever told where a task ends); drop this run")
+    if block.head not in cls.heads:
+        raise ParamsError(f"{where}.head: {cls.name} trains only the {' or '.join(cls.heads)} head, not {block.head!r}; "
+                          f"drop head (or set it to {cls.heads[0]!r})")
     overrides = {"epochs": block.epochs, "width": block.width, "stack": block.stack}   # the run's own, over the benchmark's
     training = benchmark.training().model_copy(update={k: v for k, v in overrides.items() if v is not None})
     settings = cls.Run.model_validate({**block.model_dump(exclude=set(overrides) | {"seeds"}), "algorithm": cls.name})

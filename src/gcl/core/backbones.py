@@ -157,6 +157,32 @@ class ResNet18(Backbone):
 
 BACKBONES = {"mlp": MLP, "resnet18": ResNet18}
 
+HEADS = ("linear", "cosine")
+
+
+class CosineClassifier(nn.Module):
+    """A bias-free classifier on cosine similarities: scale * <x / (|x| + eps), w_c / (|w_c| + eps)> for each class c.
+
+    The head ER-ACE's reference code trains with (its `distLinear`, the ER-ACE paper's code and mammoth's `er_ace`
+    alike): features and class weights L2-normalised with eps 1e-5 added to the norm, scores multiplied by `scale`
+    (10 there). The weight is (classes, features), initialised as a bias-free nn.Linear's.
+    """
+
+    eps = 1e-5
+
+    def __init__(self, in_features: int, n_classes: int, scale: float):
+        super().__init__()
+        self.in_features, self.out_features, self.scale = in_features, n_classes, scale
+        self.weight = nn.Parameter(nn.Linear(in_features, n_classes, bias=False).weight.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x_hat = x / (x.norm(dim=1, keepdim=True) + self.eps)
+        w_hat = self.weight / (self.weight.norm(dim=1, keepdim=True) + self.eps)
+        return self.scale * (x_hat @ w_hat.t())
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, scale={self.scale}"
+
 
 @contextmanager
 def inputs_as_given(net: nn.Module) -> Iterator[None]:
@@ -171,14 +197,24 @@ def inputs_as_given(net: nn.Module) -> Iterator[None]:
 
 
 def build_backbone(name: str, input_shape: tuple[int, ...], n_classes: int, channels_last: bool = False,
-                   width: int | None = None, input_size: int | None = None) -> Backbone:
+                   width: int | None = None, input_size: int | None = None, head: str = "linear",
+                   head_scale: float = 10.0) -> Backbone:
     """Backbone `name` for inputs of `input_shape`. `width` (None: the architecture's own) and `input_size` (None: the
     images as they are) shrink the network's cost while keeping its architecture, for dry runs (tools/dryrun.py): a
-    ResNet-18 step on 32x32 images costs seconds on a CPU at full width and still tens of milliseconds at width 1."""
+    ResNet-18 step on 32x32 images costs seconds on a CPU at full width and still tens of milliseconds at width 1.
+    `head`: the classifier, "linear" (nn.Linear with bias) or "cosine" (CosineClassifier with `head_scale`); the
+    body's initial weights are the same either way (the cosine head is drawn after them)."""
     if name not in BACKBONES:
         raise ValueError(f"unknown backbone {name!r}; known backbones: {sorted(BACKBONES)}")
+    if head not in HEADS:
+        raise ValueError(f"unknown head {head!r}; known heads: {list(HEADS)}")
     cls = BACKBONES[name]
     if channels_last and name != "resnet18":
         raise ValueError(f"channels_last applies to convolutional backbones (resnet18), not {name!r}")
     extra = {"channels_last": True} if channels_last else {}
-    return cls(tuple(input_shape), n_classes, width=width or cls.standard_width, input_size=input_size, **extra)
+    net = cls(tuple(input_shape), n_classes, width=width or cls.standard_width, input_size=input_size, **extra)
+    if head == "cosine":
+        net.classifier = CosineClassifier(net.feat_dim, n_classes, head_scale)
+        if channels_last:
+            net.to(memory_format=torch.channels_last)
+    return net

@@ -154,6 +154,12 @@ def environment(device: torch.device, bf16: bool, compiled: str | None = None) -
     """Where a seed's numbers came from. Runs are deterministic on one machine, but another CPU or torch build
     changes them within seed noise, so each seed records its own; so do bf16 autocast (on a GPU or a CPU alike:
     the loop enters it wherever the benchmark sets bf16) and a compiled backbone (`compiled`: its torch.compile
-    mode, or "eager"), whose fused kernels round differently."""
-    return {"torch": torch.__version__, "device": device_name(device), "threads": torch.get_num_threads(),
-            "precision": "bf16" if bf16 else "fp32", "compiled": compiled or "eager"}
+    mode, or "eager"), whose fused kernels round differently. On a CPU also torch's CPU capability (the vector
+    instructions its kernels dispatch to: AVX2, AVX512, ...): one CPU model name covers machines that offer
+    different instruction sets, whose float32 kernels sum in other orders (measured: 103 of 249 seeds of the
+    default profile kept their Class-IL between an AVX-512 and an AVX2-only machine of the same name)."""
+    env = {"torch": torch.__version__, "device": device_name(device), "threads": torch.get_num_threads(),
+           "precision": "bf16" if bf16 else "fp32", "compiled": compiled or "eager"}
+    if device.type == "cpu":
+        env["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    return env

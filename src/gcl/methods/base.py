@@ -42,6 +42,9 @@ class MethodSettings(Settings):
 
     lr: float = Field(gt=0, description="learning rate of plain SGD (no momentum, no weight decay)")
     batch: int = Field(gt=0, description="stream batch size")
+    head: Literal["linear", "cosine"] = Field("linear", description="the classifier: linear, or cosine (ER-ACE's "
+                                              "reference head: scores are head_scale x cosine similarities)")
+    head_scale: float = Field(10.0, gt=0, description="the cosine head's scale (head: cosine; the reference's 10)")
 
 
 class ReplaySettings(MethodSettings):
@@ -135,6 +138,9 @@ class Method(CarriesState):
     # its training passes run the backbone outside function transforms and at a few fixed shapes (once the
     # buffer is full), so the backbone may be compiled and its steps captured as CUDA graphs
     capturable: ClassVar[bool] = False
+    # the classifiers (MethodSettings.head) it can train: a method that reaches into the linear head's bias, or
+    # predicts without the backbone, takes only the linear one
+    heads: ClassVar[tuple[str, ...]] = ("linear", "cosine")
     Settings: ClassVar[type[MethodSettings]] = MethodSettings
     Run: ClassVar[type[RunSettings]]     # RunSettings + Settings, the buffer typed by uses_buffer (@register)
 

@@ -1,16 +1,21 @@
 """Dark Experience Replay (Buzzega et al. 2020): replay the network's own past logits, not just labels.
 
 DER:   CE(f(x), y) + alpha * MSE(f(x_buf), z_buf), with z the logits stored when x_buf entered the buffer.
-DER++: the same + beta * CE(f(x_buf2), y_buf2) on a second, independent buffer batch.
+DER++: the same + beta * CE(f(x_buf2), y_buf2) on a second buffer batch: an independent draw, each batch its own
+forward pass (the DER paper's code, `replay_draw: independent`), or the two halves of one draw of twice the replay
+batch, in one forward pass (the ER-ACE paper's code, `replay_draw: split`: disjoint halves, BatchNorm statistics
+over both).
 
 DER++ is DER with a label term, so both are one class; `der` simply never reads a beta.
 The buffer keeps the non-augmented input, its label and the (pre-update) logits of its stream step.
 """
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from gcl.methods.base import Method, ReplaySettings, register
 
@@ -36,7 +41,19 @@ class DERSettings(ReplaySettings):
 
 
 class DERppSettings(DERSettings):
-    beta: float = Field(ge=0, description="weight of the cross-entropy on a second, independent buffer batch")
+    beta: float = Field(ge=0, description="weight of the cross-entropy on a second buffer batch")
+    replay_draw: Literal["independent", "split"] = Field(
+        "independent", description="independent: two buffer draws of replay_batch, a forward pass each (the DER "
+        "paper's code); split: one draw of 2 x replay_batch in one pass, its first half for the logit term, its second "
+        "for the label term (the ER-ACE paper's code)")
+
+    @model_validator(mode="after")
+    def _split_needs_two(self):
+        # after the first step the buffer holds one stream batch: a draw of one sample has no second half
+        if self.replay_draw == "split" and self.batch < 2:
+            raise ValueError("replay_draw: split needs batch >= 2 (a draw of one buffer sample has no second half); "
+                             "use replay_draw: independent")
+        return self
 
 
 @register
@@ -51,20 +68,22 @@ class DER(Method):
 
     def observe(self, x, y, x_raw):
         logits = self.net(x)
-        replay = {}
-        if not self.buffer.is_empty():
-            size = self.cfg.replay_batch
-            # separate forward passes, as the reference does: with BatchNorm (the image backbones) a
-            # concatenated batch would mix the stream's and the buffer's batch statistics
-            buf_x, buf_logits = self.replay_batch(size, "logits")
-            replay.update(buf_out=self.net(buf_x), buf_logits=buf_logits, alpha=self.cfg.alpha)
-            if self.beta > 0:
-                buf_x2, buf_y2 = self.replay_batch(size, "labels")   # an independent draw
-                replay.update(buf_out2=self.net(buf_x2), buf_y2=buf_y2, beta=self.beta)
+        replay = {} if self.buffer.is_empty() else self.replay_terms(self.cfg.replay_batch)
         loss = self.sgd_step(der_loss(logits, y, **replay))
         # the logits of this step's forward pass, i.e. of the network before this update
         self.buffer.add(examples=x_raw, labels=y, logits=logits.detach())
         return loss
+
+    def replay_terms(self, size: int) -> dict:
+        """der_loss's buffer terms: the logit term on a buffer batch (and DER++'s label term on an independent one).
+        Separate forward passes, as the reference does: with BatchNorm (the image backbones) a concatenated batch
+        would mix the stream's and the buffer's batch statistics."""
+        buf_x, buf_logits = self.replay_batch(size, "logits")
+        terms = {"buf_out": self.net(buf_x), "buf_logits": buf_logits, "alpha": self.cfg.alpha}
+        if self.beta > 0:
+            buf_x2, buf_y2 = self.replay_batch(size, "labels")   # an independent draw
+            terms.update(buf_out2=self.net(buf_x2), buf_y2=buf_y2, beta=self.beta)
+        return terms
 
 
 @register
@@ -76,3 +95,12 @@ class DERpp(DER):
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)
         self.beta = cfg.beta
+
+    def replay_terms(self, size: int) -> dict:
+        if self.cfg.replay_draw == "independent" or self.beta == 0:
+            return super().replay_terms(size)
+        # one draw of twice the batch in one pass; chunk(2) gives the first half the extra sample of an odd draw
+        buf_x, buf_logits, buf_y = self.replay_batch(2 * size, "logits", "labels")
+        out1, out2 = self.net(buf_x).chunk(2)
+        return {"buf_out": out1, "buf_logits": buf_logits.chunk(2)[0], "alpha": self.cfg.alpha,
+                "buf_out2": out2, "buf_y2": buf_y.chunk(2)[1], "beta": self.beta}

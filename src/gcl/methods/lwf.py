@@ -76,6 +76,7 @@ class LwF(Method):
     name = "lwf"
     summary = "Learning without Forgetting: distil a frozen copy's softened outputs on the earlier classes"
     needs_boundaries = True
+    heads = ("linear",)       # its warm-up steps the linear head's weight and bias alone
     Settings = LwFSettings
     state_attrs = ("old_net", "old_classes", "classes")
 

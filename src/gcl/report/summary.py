@@ -83,7 +83,9 @@ def stale_runs(resolved: ResolvedReport, root: str | Path = "runs") -> list[str]
 
 
 # a seed's environment: the env_* columns; `stacked`: how many seeds trained as one network with it (none: alone)
-ENVIRONMENT = ("torch", "device", "threads", "precision", "compiled", "stacked")
+# (cpu_capability: torch's CPU kernels' instruction set, recorded on a CPU; layout: a ResNet's memory format where it
+# is not the default)
+ENVIRONMENT = ("torch", "device", "cpu_capability", "threads", "precision", "compiled", "layout", "stacked")
 
 # The summary frame (results/summary.csv; a committed reproduction's results/summary.csv reads back the same):
 COLUMNS = {
@@ -147,15 +149,21 @@ def _environment_frame(rows: pd.DataFrame) -> pd.DataFrame:
     """Each row's environment as text, one column per ENVIRONMENT key; `stacked` as 'stacked' or 'alone'."""
     envs = rows.reindex(columns=[f"env_{k}" for k in ENVIRONMENT])
     envs["env_compiled"] = envs["env_compiled"].astype(object).fillna("eager")   # results from before compiled backbones
+    envs["env_layout"] = envs["env_layout"].astype(object).fillna("default")      # recorded only where not the default
+    # a GPU seed has no CPU capability; a CPU seed from before it was recorded reads '?' (unknown, not equal)
+    on_gpu = rows.reindex(columns=["device"])["device"].eq("cuda")
+    envs.loc[on_gpu & envs["env_cpu_capability"].isna(), "env_cpu_capability"] = "-"
     # stacked seeds round otherwise than lone ones in float32 (equal in distribution): one environment each way,
     # however many seeds a stack held
     envs["env_stacked"] = envs["env_stacked"].map(lambda v: "alone" if pd.isna(v) else "stacked")
     return envs.fillna("?").astype(str)
 
 
-def _in_words(torch: str, device: str, threads: str, precision: str, compiled: str) -> str:
-    return f"torch {torch}, {device}, {threads} thread(s), {precision}" + (
-        "" if compiled == "eager" else f", compiled ({compiled})")
+def _in_words(torch: str, device: str, cpu_capability: str, threads: str, precision: str, compiled: str,
+              layout: str) -> str:
+    capability = "" if cpu_capability in ("-", "?") else f" ({cpu_capability})"   # unrecorded: older results
+    return f"torch {torch}, {device}{capability}, {threads} thread(s), {precision}" + (
+        "" if compiled == "eager" else f", compiled ({compiled})") + ("" if layout == "default" else f", {layout}")
 
 
 def environments(rows: pd.DataFrame) -> list[str]:

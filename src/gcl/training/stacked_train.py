@@ -36,6 +36,9 @@ from gcl.training.loop import DivergenceError, Timer, last_accuracy
 from gcl.training.progress import Progress, StreamProgress
 from gcl.training.train import seed_result, setup_seed
 
+# the step forms a stacked method computes, of the settings that choose a step's form (ER's, DER++'s)
+STACKED_FORMS = {"replay_pass": "joint", "replay_draw": "independent"}
+
 
 def unstackable(training: TrainingSettings, run: RunSettings, device: str | None = None) -> str | None:
     """Why the seeds of this run cannot train stacked (None: they can), whatever its `stack` setting says. With
@@ -53,6 +56,12 @@ def unstackable(training: TrainingSettings, run: RunSettings, device: str | None
                 "stack (the benchmark's compile: false stacks them)")
     if training.channels_last:
         return "a stacked ResNet-18 keeps the default memory layout"
+    if run.head != "linear":
+        return f"a stacked network's head is linear, not {run.head}"
+    for name, stacked_form in STACKED_FORMS.items():
+        form = getattr(run, name, stacked_form)
+        if form != stacked_form:
+            return f"{name}: {form} has no stacked step (only {stacked_form})"
     return None
 
 

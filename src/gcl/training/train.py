@@ -79,7 +79,7 @@ def setup_seed(bench: BenchmarkData, training: TrainingSettings, run: RunSetting
         stream = dataclasses.replace(stream, eval_after=[])
     net = build_backbone(training.backbone, bench["input_shape"], bench["n_classes"],
                          channels_last=training.channels_last, width=training.width,
-                         input_size=training.input_size).to(device)
+                         input_size=training.input_size, head=run.head, head_scale=run.head_scale).to(device)
     net.compile_mode = compiled
     ctx = MethodContext(device=device, n_classes=bench["n_classes"], train_transform=train_transform,
                         generator=generator, epochs=training.epochs, plain_transform=test_transform)

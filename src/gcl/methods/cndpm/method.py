@@ -115,6 +115,7 @@ class CNDPM(Method):
     summary = "CN-DPM: Dirichlet-process mixture of VAE+classifier experts, new experts trained in sleep from a short-term memory"
     needs_boundaries = False
     uses_buffer = False
+    heads = ("linear",)       # it predicts with its experts, not with the backbone's head
     Settings = CNDPMSettings
     state_attrs = ("experts", "log_counts", "stm_x", "stm_y", "stm_n")
 
