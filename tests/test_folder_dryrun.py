@@ -12,9 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import dryrun  # noqa: E402
 
-PROFILES = {   # profile -> its image-folder source, its benchmark, the runs of a one-per-method cut
+PROFILES = {   # profile -> its image-folder source, its benchmark, the runs of a one-per-method-and-benchmark cut
     "cifar10-folder.yaml": ("cifar10-folder", "seq-cifar10", 5),
-    "online-cifar10.yaml": ("cifar10-images", "online-cifar10", 6),
+    "online-cifar10.yaml": ("cifar10-images", "online-cifar10", 10),     # 6 methods without augmentation, 4 with
 }
 
 

@@ -53,3 +53,29 @@ def test_every_point_and_seed_is_scored_on_the_validation_split(tune, tmp_path, 
     with pytest.raises(Exception, match="runs.seq-er-50.lr"):
         tune.main(["seq-er-50", "--grid", "lr=fast"])
     torch.set_num_threads(1)
+
+
+def test_a_grid_with_out_resumes_from_the_scores_it_kept_and_retrains_stale_ones(tune, tmp_path, monkeypatch, capsys):
+    """Each score is written as it finishes; a later call reuses those whose settings and code are unchanged (a score
+    edited in the file shows which were reused: training would give the measured one back)."""
+    import yaml
+    params = write_er_params(tmp_path)
+    save_tensors(tmp_path / "data" / "raw" / "mnist-bundled" / "data.pt", source(per_class=10))
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "scores.csv"
+    tune.main(["seq-er-50", "--grid", "lr=0.05,0.1", "--seeds", "0", "--workers", "1", "--out", str(out)])
+    kept = pd.read_csv(out)
+    assert len(kept) == 2 and kept["fingerprint"].nunique() == 2 and not (tmp_path / "scores.csv.tmp").exists()
+    kept["val_class_il"] = [99.25, 98.75]                        # marks: a reused score comes back as marked
+    kept.to_csv(out, index=False)
+    again = tune.main(["seq-er-50", "--grid", "lr=0.05,0.1", "--seeds", "0", "1", "--workers", "1", "--out", str(out)])
+    assert "reused 2 score(s)" in capsys.readouterr().out
+    marks = {r["lr"]: r["per seed"].split()[0] for r in again}
+    assert marks == {0.05: "99.25", 0.1: "98.75"}              # seed 0 reused, seed 1 trained
+    assert len(pd.read_csv(out)) == 4 and all(r["per seed"].split()[1] not in ("99.25", "98.75") for r in again)
+    params["runs"]["seq-er-50"]["replay_batch"] = 4           # another setting: every earlier score is stale
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    stale = tune.main(["seq-er-50", "--grid", "lr=0.1", "--seeds", "0", "--workers", "1", "--out", str(out)])
+    assert "reused" not in capsys.readouterr().out and stale[0]["per seed"] != "98.75"
+    with pytest.raises(SystemExit, match="holds other scores"):
+        tune.main(["seq-er-50", "--grid", "lr=0.1", "--seeds", "0", "--metric", "task_il", "--out", str(out)])

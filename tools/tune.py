@@ -7,6 +7,11 @@ The run's settings come from params.yaml (resolved as the train stage resolves t
 grid overrides some of them. The benchmark is rebuilt in memory with `validation_fraction` of each
 class's training images held out (the stream is built from the rest) and evaluated on those, so the
 numbers printed are validation accuracies. Points and seeds train side by side in worker processes.
+
+With --out the grid resumes: the file is rewritten (then renamed) as each point and seed finishes, and a later call
+with the same file reuses every score whose fingerprint (the point's resolved settings, the validation benchmark's
+settings, the source file and the train code) is unchanged, so a grid of hours can stop and go on, on another machine
+too; a stale score (other settings or code) is trained again.
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ import itertools
 import math
 import multiprocessing
 import statistics
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +29,7 @@ import yaml
 from tabulate import tabulate
 
 from gcl.config import load_params, resolve_run, resolve_runtime
+from gcl.core.fingerprint import fingerprint
 from gcl.core.layout import source_file
 from gcl.data.benchmarks import KINDS, TrainingSettings
 from gcl.data.sources import load_source
@@ -58,13 +64,38 @@ def _one(run: RunSettings, training: TrainingSettings, seed: int, threads: int, 
         return float("nan")
 
 
-def write_scores(path: str, run: str, points: list[dict], seeds: list[int], scores: dict, metric: str) -> None:
-    """The grid's raw scores, long format (run, the point's settings, seed, score; NaN = diverged), written then renamed."""
-    records = [{"run": run, **point, "seed": seed, f"val_{metric}": scores[(i, seed)]}
-               for i, point in enumerate(points) for seed in seeds]
+def write_scores(path: str, run: str, points: list[dict], seeds: list[int], scores: dict, metric: str,
+                 prints: list[str] | None = None) -> None:
+    """The grid's raw scores, long format (run, the point's settings, seed, score; NaN = diverged; with `prints`, each
+    point's fingerprint), the points and seeds scored so far, written then renamed."""
+    records = [{"run": run, **point, "seed": seed, f"val_{metric}": scores[(i, seed)],
+                **({"fingerprint": prints[i]} if prints else {})}
+               for i, point in enumerate(points) for seed in seeds if (i, seed) in scores]
     tmp = Path(f"{path}.tmp")
     pd.DataFrame(records).to_csv(tmp, index=False)
     tmp.replace(path)
+
+
+def earlier_scores(path: str, run: str, points: list[dict], seeds: list[int], metric: str,
+                   prints: list[str]) -> dict[tuple[int, int], float]:
+    """The scores an earlier call wrote to `path` for these points and seeds, where the point's fingerprint is the
+    same; {} without the file. A file of another run or metric is refused (one line: choose another --out)."""
+    if not Path(path).exists():
+        return {}
+    old = pd.read_csv(path, dtype=str, keep_default_na=False)
+    column = f"val_{metric}"
+    if set(old.get("run", [])) - {run} or column not in old.columns or "fingerprint" not in old.columns:
+        raise SystemExit(f"--out {path} holds other scores (another run, metric, or a file without fingerprints); "
+                         "give this grid a file of its own")
+    found = {}
+    for i, point in enumerate(points):
+        mine = old[old["fingerprint"] == prints[i]]
+        for key, value in point.items():   # the same point: its values as this call writes them
+            mine = mine[mine[key] == str(value)] if key in mine.columns else mine.iloc[0:0]
+        for _, row in mine.iterrows():
+            if int(row["seed"]) in seeds:
+                found[(i, int(row["seed"]))] = float(row[column]) if row[column] else float("nan")
+    return found
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -101,14 +132,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     _BENCH["bench"] = KINDS[data.kind].build(source, data)
     assert _BENCH["bench"]["evaluated_on"] == "validation"
 
-    jobs = [(i, seed) for i in range(len(configs)) for seed in args.seeds]
-    with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = {job: pool.submit(_one, configs[job[0]].run, training, job[1], threads, args.metric)
-                   for job in jobs}
-        scores = {job: f.result() for job, f in futures.items()}
-
-    if args.out:
-        write_scores(args.out, args.run, points, args.seeds, scores, args.metric)
+    prints = [fingerprint(c.run.model_dump(mode="json"), training.model_dump(mode="json"), data.model_dump(mode="json"),
+                          files=(source_file(data.source),)) for c in configs]
+    scores = earlier_scores(args.out, args.run, points, args.seeds, args.metric, prints) if args.out else {}
+    if scores:
+        print(f"reused {len(scores)} score(s) from {args.out} (same settings and code)")
+    jobs = [(i, seed) for i in range(len(configs)) for seed in args.seeds if (i, seed) not in scores]
+    with ProcessPoolExecutor(max(1, min(args.workers, len(jobs))), mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = {pool.submit(_one, configs[job[0]].run, training, job[1], threads, args.metric): job for job in jobs}
+        for done in as_completed(futures):
+            scores[futures[done]] = done.result()
+            if args.out:   # each score kept as it comes: a stopped grid resumes from here
+                write_scores(args.out, args.run, points, args.seeds, scores, args.metric, prints)
     rows = []
     name = {"class_il": "Class-IL", "task_il": "Task-IL"}[args.metric]
     label = f"val {name} mean"
