@@ -550,3 +550,22 @@ def test_the_client_connects_only_to_a_server_of_its_own_user(request):
         os.close(ready_r)
         os.kill(pid, signal.SIGKILL)
         exit_status(pid)
+
+
+def test_a_stage_of_another_checkout_refuses_to_run_this_checkouts_library(tmp_path):
+    """A worktree at a fixed commit, with `pip install -e` pointing elsewhere, would train the other checkout's code
+    while DVC records its own: the launcher stops before the script runs, naming both and the fix."""
+    other = tmp_path / "other-checkout"
+    (other / "src" / "gcl").mkdir(parents=True)
+    (other / "stages").mkdir()
+    ran = tmp_path / "ran"
+    (other / "stages" / "train.py").write_text(f"open({str(ran)!r}, 'w').write('ran')\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"GCL_WARM": "0"}
+    done = subprocess.run([sys.executable, "-m", "gcl.warm", "stages/train.py"], cwd=other, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode != 0 and not ran.exists()
+    assert f"belongs to the project at {other}" in done.stderr and f"PYTHONPATH={other / 'src'}" in done.stderr
+    # the library's own checkout runs its stages as before
+    here = subprocess.run([sys.executable, "-m", "gcl.warm", "stages/train.py"], cwd=Path(__file__).parents[1],
+                          env=env, capture_output=True, text=True)
+    assert "belongs to the project" not in here.stderr and "usage: python stages/train.py" in here.stderr

@@ -12,7 +12,9 @@ GCL_WARM_KEEP_ALIVE and GCL_WARM_ACK_TIMEOUT tune the server's idle time and a s
 """
 import signal
 import sys
+from pathlib import Path
 
+from gcl.core import layout
 from gcl.core.processes import die_with_parent
 from gcl.warm import stage
 from gcl.warm.client import run_stage
@@ -23,12 +25,24 @@ USAGE = "usage: python -m gcl.warm <script.py> [args ...]   (runs it as `python 
 def main(argv: list[str]) -> None:
     if not argv or argv[0].startswith("-"):
         sys.exit(USAGE)
+    require_own_library(argv[0])
     die_with_parent()   # a killed `dvc repro` must not leave this stage (and so its warm child) running
     react_to_ctrl_c()
     status = run_stage(argv[0], argv[1:])
     if status is not None:
         sys.exit(status)
     stage.run(stage.prepare(argv[0], argv[1:]))    # cold: Python itself handles what the script raises
+
+
+def require_own_library(script: str) -> None:
+    """Stop (one line) a stage of one checkout that would run another checkout's library: with `pip install -e`
+    pointing at one checkout, a second one (a git worktree at another commit, a cluster clone) imports the first's
+    gcl unless PYTHONPATH says otherwise, and would train that code while DVC records its own."""
+    project = Path(script).resolve().parents[1]
+    if (project / "src" / "gcl").is_dir() and project != layout.PROJECT:
+        sys.exit(f"error: {script} belongs to the project at {project}, but Python imports gcl from "
+                 f"{layout.PROJECT / 'src'} (another checkout: the one `pip install -e` points at?), whose code it "
+                 f"would run; run with PYTHONPATH={project / 'src'}, or pip install -e {project}")
 
 
 def react_to_ctrl_c() -> None:
