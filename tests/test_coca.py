@@ -95,6 +95,31 @@ def test_closed_form_is_the_limit_of_iterated_propagation():
     assert torch.allclose(propagate(affinity(z), o, 0.0), o)
 
 
+def test_omega_one_drops_the_propagated_term_without_solving_the_singular_system(monkeypatch):
+    """At omega = 1, I - S_hat is singular (S_hat's rows sum to 1): the target is the paper's reading of that point,
+    o* = (1 - gamma) o_hat, and no solver is called; just below 1 the propagation tends to the ergodic average
+    1 pi^T o (pi: S_hat's stationary distribution), which is not zero."""
+    o, o_hat = logits_pair(n=6)
+    z = embeddings(n=6)
+    s_hat = affinity(z, "paper")
+    assert torch.allclose((torch.eye(6, dtype=s_hat.dtype) - s_hat).sum(1), torch.zeros(6, dtype=s_hat.dtype), atol=1e-12)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a singular system was handed to the solver")
+    monkeypatch.setattr(torch.linalg, "solve_ex", refuse)
+    assert torch.equal(propagate(s_hat, o, 1.0), torch.zeros_like(o))
+    for gamma in (0.1, 0.6):
+        assert torch.allclose(collaborative_target(o, o_hat, z, omega=1.0, gamma=gamma), (1 - gamma) * o_hat)
+        assert torch.isfinite(ckd_loss(o, o_hat, z, omega=1.0, gamma=gamma))
+    monkeypatch.undo()
+    evals, evecs = torch.linalg.eig(s_hat.T)
+    pi = evecs[:, evals.real.argmax()].real
+    pi = pi / pi.sum()                                            # the stationary distribution: pi^T S_hat = pi^T
+    ergodic = torch.ones(6, 1, dtype=o.dtype) @ (pi[None, :].to(o.dtype) @ o)
+    assert torch.allclose(propagate(s_hat, o, 1 - 1e-9), ergodic, atol=1e-6)
+    assert ergodic.abs().max() > 0.01
+
+
 def test_affinity_variants():
     z = embeddings(n=5)
     paper = affinity(z, "paper")
@@ -412,7 +437,7 @@ def test_ckd_alone_leaves_the_projector_untouched():
 
 
 @pytest.mark.parametrize("bad, message", [
-    ({"omega": 1.0}, "runs.c.omega = 1.0 is not accepted: input should be less than 1"),
+    ({"omega": 1.5}, "runs.c.omega = 1.5 is not accepted: input should be less than or equal to 1"),
     ({"gamma": 1.5}, "runs.c.gamma = 1.5 is not accepted: input should be less than or equal to 1"),
     ({"pretext": "jigsaw"}, "runs.c.pretext = 'jigsaw' is not accepted: input should be 'paper' or 'rotation'"),
     ({"affinity": "cosine"}, "runs.c.affinity = 'cosine' is not accepted"),

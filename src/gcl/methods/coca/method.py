@@ -108,10 +108,16 @@ def propagate(s_hat: torch.Tensor, o: torch.Tensor, omega: float) -> torch.Tenso
 
     S_hat is row-stochastic, so I - omega S_hat is strictly diagonally dominant, and invertible, for
     omega < 1: `solve_ex` skips `solve`'s singularity check, which would wait for the GPU at every step.
+    At omega = 1, I - S_hat is singular (S_hat's rows sum to 1); Q is then taken as zero, the paper's reading of
+    its Figure 4's point (the factor 1 - omega vanishes and o* = (1 - gamma) o_hat), and nothing is solved. That
+    is not the limit omega -> 1 from below, which is the ergodic average 1 pi^T o (pi: S_hat's stationary
+    distribution; docs/methods.md).
     Solved in at least fp32 (under bf16 autocast the inputs may arrive in bf16, which the solver does not take).
     """
     dtype = torch.promote_types(torch.promote_types(s_hat.dtype, o.dtype), torch.float32)
     s_hat, o = s_hat.to(dtype), o.to(dtype)
+    if omega == 1.0:
+        return torch.zeros_like(o)
     eye = _eye(s_hat.shape[-1], s_hat.dtype, s_hat.device)       # a stack (S, N, N) solves each seed's system
     return (1.0 - omega) * torch.linalg.solve_ex(eye - omega * s_hat, o).result
 
@@ -208,7 +214,8 @@ class CoCaSettings(ReplaySettings):
     scl: bool = Field(True, description="supervised contrastive loss over two views (Table 3 switch)")
     lambda1: float = Field(0.5, ge=0, description="weight of L_CKD")
     lambda2: float = Field(0.3, ge=0, description="weight of L_PT + L_SCL")
-    omega: float = Field(0.1, ge=0, lt=1, description="propagation strength; I - omega S must stay invertible")
+    omega: float = Field(0.1, ge=0, le=1, description="propagation strength; at 1 the propagated logits are taken as "
+                         "zero (the paper's Figure 4 reading: o* = (1 - gamma) o_hat), I - S being singular")
     gamma: float = Field(0.1, ge=0, le=1, description="share of the propagated logits Q in the target o*")
     tau: float = Field(0.07, gt=0, description="SupCon temperature")
     beta: float = Field(1.0, ge=0, description="weight of the replayed batch's cross-entropy in L_base (Eq. 2: 1)")
