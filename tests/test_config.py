@@ -245,8 +245,10 @@ def test_a_run_may_override_its_benchmarks_epochs_and_width():
     assert resolve_run(params(**{"runs__s-coca-200__seeds": [7]}), "s-coca-200").seeds == [7]
 
 
-@pytest.mark.parametrize("profile", ["params.yaml", "profiles/paper.yaml", "profiles/ci.yaml", "profiles/mnist-360.yaml",
-                                     "profiles/cifar10-folder.yaml", "profiles/online-cifar10.yaml"])
+PROFILE_FILES = ["params.yaml", *sorted(f"profiles/{p.name}" for p in (ROOT / "profiles").glob("*.yaml"))]
+
+
+@pytest.mark.parametrize("profile", PROFILE_FILES)
 def test_every_profile_is_valid(profile):
     p = yaml.safe_load((ROOT / profile).read_text())
     check_all(p)
@@ -263,8 +265,7 @@ def test_precision_and_layout_are_training_settings_not_data(option):
     assert getattr(resolve_run(params(**{f"benchmarks__seq__{option}": True}), "s-coca-200").benchmark, option) is True
 
 
-@pytest.mark.parametrize("profile", ["params.yaml", "profiles/ci.yaml", "profiles/paper.yaml", "profiles/mnist-360.yaml",
-                                     "profiles/cifar10-folder.yaml", "profiles/online-cifar10.yaml"])
+@pytest.mark.parametrize("profile", PROFILE_FILES)
 def test_params_files_read_the_same_with_libyaml_as_in_pure_python(profile):
     from gcl.config import load_params
     assert load_params(ROOT / profile) == yaml.safe_load((ROOT / profile).read_text())
