@@ -271,3 +271,12 @@ def test_with_the_kl_weight_at_0_a_seed_is_its_base_methods_loss_for_loss(base, 
     assert on["loss_curve"] != plain["loss_curve"]
     if base == "er":                              # the same seed gives the same numbers on the CPU
         assert seed_numbers(bench, cfg, "er-star", lam=0.5, gamma=0.1) == on
+
+
+def test_mammoths_start_gives_the_numbers_of_no_noise_over_a_seed(tiny_mnist360):
+    """On MNIST-360's MLP (float32, no augmentation drawing from the global generator) the 1e-20 noise changes no
+    weight at any step: a seed is the same with init_noise 0, which skips the draws (docs/methods.md)."""
+    bench, cfg = tiny_mnist360
+    mammoth = seed_numbers(bench, cfg, "er-star", lam=0.5, gamma=0.1)
+    assert mammoth["method_metrics"]["star_steps"] > 0
+    assert seed_numbers(bench, cfg, "er-star", lam=0.5, gamma=0.1, init_noise=0.0) == mammoth

@@ -128,10 +128,11 @@ def synthetic_benchmark(spec, preset: Preset) -> dict:
 
 
 class Batches:
-    """Random stream batches of one task, on the device."""
+    """Random stream batches of one task (a benchmark without tasks, MNIST-360: of its whole stream), on the device."""
 
     def __init__(self, bench: dict, task: int, batch: int, device: torch.device):
-        idx = torch.nonzero(bench["train_task"] == task).flatten()
+        tasks = bench.get("train_task")
+        idx = torch.arange(len(bench["train_y"])) if tasks is None else torch.nonzero(tasks == task).flatten()
         self.x, self.y = bench["train_x"][idx].to(device), bench["train_y"][idx].to(device)
         self.batch, self.g = batch, torch.Generator().manual_seed(task)
         c = bench.get("classes_per_task") or CLASSES

@@ -101,6 +101,9 @@ class STAR(Method):
         self._star_grads: list[torch.Tensor | None] | None = None
         self._weights = perturbed_params(net)
         self._proxy_weights = perturbed_params(self.proxy)
+        # what the proxy takes from the network at every STAR step: its parameters and buffers, in one order
+        self._net_state = [*net.parameters(), *net.buffers()]
+        self._proxy_state = [*self.proxy.parameters(), *self.proxy.buffers()]
         self._running_stats = has_running_stats(net)
 
     # ------------------------------------------------------------------ the step
@@ -148,8 +151,8 @@ class STAR(Method):
                     self.net(buf_x)
             return None
         proxy_weights = self.perturbation(buf_x, target, mask)
-        saved = [w.detach().clone() for w in self._weights]
         with torch.no_grad():
+            saved = torch._foreach_mul(self._weights, 1.0)     # copies of the unperturbed weights
             torch._foreach_copy_(self._weights, proxy_weights)
         weights_changed()
         try:
@@ -167,8 +170,7 @@ class STAR(Method):
         network's weights and buffers, plus the initial noise)."""
         proxy, weights = self.proxy, self._proxy_weights
         with torch.no_grad():
-            for q, p in zip(proxy.state_dict().values(), self.net.state_dict().values()):
-                q.copy_(p)
+            torch._foreach_copy_(self._proxy_state, self._net_state)
             norms = [w.norm() for w in self._weights]
             if self.cfg.init_noise > 0:
                 for q, n in zip(weights, norms):
