@@ -280,3 +280,46 @@ def test_mammoths_start_gives_the_numbers_of_no_noise_over_a_seed(tiny_mnist360)
     mammoth = seed_numbers(bench, cfg, "er-star", lam=0.5, gamma=0.1)
     assert mammoth["method_metrics"]["star_steps"] > 0
     assert seed_numbers(bench, cfg, "er-star", lam=0.5, gamma=0.1, init_noise=0.0) == mammoth
+
+
+class Counting(nn.Module):
+    """A backbone with BatchNorm that records the size of each batch it is passed (its deep copy, the proxy, too)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+        self.classifier = nn.Linear(4, 3)
+        self.passes = []
+
+    def features(self, x):
+        return self.body(x)
+
+    def forward(self, x):
+        self.passes.append(len(x))
+        return self.classifier(self.features(x))
+
+
+@pytest.mark.parametrize("case", ["applied", "skipped"])
+def test_the_passes_a_step_makes_and_batchnorms_statistics_as_mammoths(case):
+    """A STAR step passes its batch through the network at theta (no grad), the proxy, then the network at theta +
+    delta; with fewer than min_correct correct samples only the first pass and, with BatchNorm, one more at theta
+    (mammoth's network pass before its check): the running statistics move as there. ER's joint pass (2 + 2) follows."""
+    torch.manual_seed(0)
+    ctx = MethodContext(device=CPU, n_classes=3, train_transform=lambda v: v.float(), generator=torch.Generator().manual_seed(0))
+    cfg = {"star_samples": "all"} if case == "applied" else {"min_correct": 4}
+    m = METHODS["er-star"](Counting(), run_settings("er-star", 10, lr=LR, batch=2, replay_batch=4, **cfg), ctx)
+    m.buffer.add(examples=BUF_X.float(), labels=BUF_Y)
+    fix_draws(m, [0, 2, 3, 1], [4, 5])
+    sx = BUF_X[[0, 2, 3, 1]].float()
+    lin, bn = copy.deepcopy(m.net.body[0]), copy.deepcopy(m.net.body[1])   # theta's first layers, by hand
+    m.observe(X.float(), Y, X.float())
+    if case == "applied":
+        assert m.star_steps == 1 and m.net.passes == [4, 4, 4] and m.proxy.passes == [4]
+    else:
+        assert m.star_steps == 0 and m.net.passes == [4, 4, 4] and m.proxy.passes == []
+        with torch.no_grad():
+            for batch in (sx, sx, torch.cat([X.float(), BUF_X[[4, 5]].float()])):   # STAR's two, ER's joint pass
+                bn(lin(batch))
+        assert torch.allclose(m.net.body[1].running_mean, bn.running_mean, atol=1e-7)
+        assert torch.allclose(m.net.body[1].running_var, bn.running_var, atol=1e-7)
+        assert m.net.body[1].num_batches_tracked == 3
