@@ -18,6 +18,7 @@ CPU = torch.device("cpu")
 SETTINGS = {
     "sgd": {}, "joint": {}, "er": {}, "er-ace": {}, "agem": {}, "coca": {}, "clser": {},
     "der": {"alpha": 0.3}, "derpp": {"alpha": 0.3, "beta": 0.5},
+    "er-star": {"lam": 0.5}, "derpp-star": {"alpha": 0.3, "beta": 0.5, "lam": 0.5},
     "gss": {"gss_minibatch": 4}, "gem": {}, "icarl": {}, "fdr": {},
     "hal": {"hal_lambda": 0.1, "beta": 0.5, "gamma": 0.1, "anchor_steps": 3, "finetune_steps": 1},
     "lwf": {"alpha": 1.0}, "oewc": {"e_lambda": 10.0}, "si": {"c": 1.0},

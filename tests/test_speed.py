@@ -57,6 +57,21 @@ def test_every_method_beside_the_bare_loop_on_the_mlp(speed, tmp_path, capsys):
     assert "vs bare" in out.out and "b-gss" in out.out
 
 
+def test_a_plug_in_without_a_run_is_timed_at_its_base_methods_run_with_set_overrides(speed, tmp_path):
+    """STAR's methods have no run in the profile: each is timed at its base's (er's, derpp's); --set reaches the
+    methods that declare the setting (lam: the STAR ones only)."""
+    assert (speed.base_method("er-star"), speed.base_method("derpp-star")) == ("er", "derpp")
+    assert speed.base_method("derpp") is None and speed.base_method("er") is None   # derpp's beta has no default
+    args = ["--profile", str(profile(tmp_path, "mlp")), "--benchmark", "b", "--buffer", "20", "--steps", "2",
+            "--rounds", "1", "--methods", "er,er-star,derpp-star", "--set", "star_samples=all", "--set", "lam=0.2"]
+    rows = speed.main(args)
+    assert {r["method"]: r["run"] for r in rows} == {"er": "b-er", "er-star": "b-er as er-star",
+                                                      "derpp-star": "b-derpp as derpp-star"}
+    assert speed.overrides(["lam=0.2", "star_samples=all"]) == {"lam": 0.2, "star_samples": "all"}
+    with pytest.raises(ValueError, match="lam"):
+        speed.main([*args[:-1], "lam=-1.0"])
+
+
 def test_gss_and_coca_under_bf16_and_channels_last_on_the_resnet(speed, tmp_path):
     rows = speed.main(["--backbone", "resnet18", "--profile", str(profile(tmp_path, "resnet18")), "--benchmark", "b",
                        "--methods", "er,gss,coca", "--steps", "1", "--rounds", "1", "--bf16", "--channels-last"])

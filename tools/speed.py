@@ -7,6 +7,7 @@
     python tools/speed.py --stacked 10             # every stackable method: 10 seeds stacked vs the same seeds alone
     python tools/speed.py --stacked 5 --backbone resnet18   # the same on seq-CIFAR-10's ResNet-18
     python tools/speed.py --online                 # the online profile's ER step as trained vs the bare loop
+    python tools/speed.py --methods er,er-star --set star_samples=all   # a plug-in at its base method's run
 
 A method step is what the training loop does per stream batch: the batched augmentation of the stream
 batch, then `observe` (replay, distillation, buffer insertion, the update). Each method runs with the
@@ -19,6 +20,11 @@ an already-augmented batch of the stream batch's size. Data are random uint8 ima
 loops take turns in `--rounds` rounds of `--steps` steps each; a loop's time per step is its total over
 all rounds divided by its steps (so that a method's occasional heavy step, such as CN-DPM's sleep
 phase, counts at its real rate when the window holds one).
+
+A plug-in method without a run of its own in the profile (STAR's er-star, derpp-star) is timed at its base
+method's run (the registered method it extends), its own settings at their defaults; `--set KEY=VALUE` (YAML values,
+repeatable) overrides a setting of every timed method that declares it (e.g. `--set star_samples=all`: STAR's term
+in every step, as once the network classifies its buffer correctly; on random images it rarely does).
 """
 from __future__ import annotations
 
@@ -32,6 +38,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gcl.config import load_params, resolve_run  # noqa: E402
@@ -84,16 +91,48 @@ def run_of(params: dict, preset: Preset, method: str) -> str | None:
     return None
 
 
+def base_method(name: str) -> str | None:
+    """The registered method that method `name` plugs into (er-star's er), or None: the nearest registered class it
+    extends, if every setting it adds has a default (so derpp, whose beta has none, is no plug-in of der)."""
+    cls = METHODS[name]
+    base = next((c for c in cls.__mro__[1:] if METHODS.get(getattr(c, "name", None)) is c), None)
+    if base is None:
+        return None
+    added = set(cls.Run.model_fields) - set(base.Run.model_fields)
+    return base.name if not any(cls.Run.model_fields[f].is_required() for f in added) else None
+
+
+def timed_run(params: dict, preset: Preset, name: str) -> tuple[str | None, str | None]:
+    """(the profile's run whose settings `name` is timed at, the base method it is borrowed from or None)."""
+    key = run_of(params, preset, name)
+    if key is not None or (base := base_method(name)) is None:
+        return key, None
+    key = run_of(params, preset, base)
+    return key, base if key else None
+
+
+def overrides(pairs: list[str]) -> dict:
+    """--set KEY=VALUE pairs as settings (values read as YAML: 0.1 a float, all a string)."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set {pair!r}: expected KEY=VALUE")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
 def synthetic_benchmark(spec, preset: Preset) -> dict:
     """The run's benchmark built from random images of the preset's shape (every setting of the run's own)."""
     return random_benchmark(spec.data, random_source(SOURCE_SHAPES[preset.source], PER_CLASS, 4))
 
 
 class Batches:
-    """Random stream batches of one task, on the device."""
+    """Random stream batches of one task (a benchmark without tasks, MNIST-360: of its whole stream), on the device."""
 
     def __init__(self, bench: dict, task: int, batch: int, device: torch.device):
-        idx = torch.nonzero(bench["train_task"] == task).flatten()
+        tasks = bench.get("train_task")
+        idx = torch.arange(len(bench["train_y"])) if tasks is None else torch.nonzero(tasks == task).flatten()
         self.x, self.y = bench["train_x"][idx].to(device), bench["train_y"][idx].to(device)
         self.batch, self.g = batch, torch.Generator().manual_seed(task)
         c = bench.get("classes_per_task") or CLASSES
@@ -104,10 +143,16 @@ class Batches:
         return self.x[i], self.y[i]
 
 
-def method_loop(key: str, params: dict, preset: Preset, args, device: torch.device):
-    """One method at its run's settings: task 0 to fill its memory (and end it), then steps of task 1."""
+def method_loop(key: str, params: dict, preset: Preset, args, device: torch.device, algorithm: str | None = None):
+    """One method at its run's settings: task 0 to fill its memory (and end it), then steps of task 1. `algorithm`:
+    time that method at this run's settings (a plug-in at its base's run); --set overrides what it declares."""
     spec = resolve_run(params, key)
     run = spec.run
+    cls = METHODS[algorithm or run.algorithm]
+    given = {k: v for k, v in overrides(args.set).items() if k in cls.Settings.model_fields}
+    if algorithm or given:
+        fields = {k: v for k, v in run.model_dump().items() if k in cls.Run.model_fields}
+        run = cls.Run.model_validate({**fields, **given, "algorithm": cls.name, "method": algorithm or run.method})
     training = spec.benchmark
     if not args.online:     # the flags' precision and layout; --online keeps the profile's, as dvc repro trains it
         training = training.model_copy(update={"bf16": args.bf16, "channels_last": args.channels_last})
@@ -201,12 +246,15 @@ def benchmark_device(device: torch.device, args) -> list[dict]:
         if name not in METHODS:
             print(f"[skip] method {name!r} is not registered in gcl.methods.METHODS", file=sys.stderr)
             continue
-        key = run_of(params, preset, name)
+        key, base = timed_run(params, preset, name)
         if key is None:
             print(f"[skip] {name}: no run of it in {args.profile or preset.profile} on a {args.backbone} benchmark",
                   file=sys.stderr)
             continue
-        loops[name], batch_of[name], runs[name], settings[name] = method_loop(key, params, preset, args, device)
+        loops[name], batch_of[name], runs[name], settings[name] = method_loop(key, params, preset, args, device,
+                                                                              algorithm=name if base else None)
+        if base:
+            runs[name] = f"{key} as {name}"
     width = next(iter(settings.values())).width if settings else None     # one benchmark: one network
     for batch in sorted(set(batch_of.values())):
         loops[f"bare/{batch}"] = bare_loop(batch, preset, args, device, width)
@@ -232,12 +280,12 @@ def print_table(rows: list[dict], args) -> None:
     if args.online:
         print("online: each method as its run trains (precision, layout, width of the profile); the bare loop in fp32 "
               "and the default layout, at the images a step puts through the network (stream + replayed batch)")
-    head = (f"{'device':<7}{'precision':<10}{'layout':<14}{'method':<8}{'batch':>6}{'ms/step':>10}{'ms/sample':>11}"
+    head = (f"{'device':<7}{'precision':<10}{'layout':<14}{'method':<11}{'batch':>6}{'ms/step':>10}{'ms/sample':>11}"
             f"{'bare ms/sample':>16}{'vs bare':>9}  run")
     print(head)
     print("-" * len(head))
     for r in sorted(rows, key=lambda r: (r["device"], r["vs_bare"])):
-        print(f"{r['device']:<7}{r['precision']:<10}{r['layout']:<14}{r['method']:<8}{r['batch']:>6}"
+        print(f"{r['device']:<7}{r['precision']:<10}{r['layout']:<14}{r['method']:<11}{r['batch']:>6}"
               f"{1e3 * r['seconds']:>10.2f}{r['ms_per_sample']:>11.3f}{r['bare_ms_per_sample']:>16.3f}"
               f"{r['vs_bare']:>8.2f}x  {r['run']}")
 
@@ -331,6 +379,8 @@ def main(argv=None) -> list[dict] | None:
     p.add_argument("--threads", type=int, default=None, help="CPU intra-op threads (default: torch's)")
     p.add_argument("--online", action="store_true", help="the online profile (profiles/online-cifar10.yaml): its ER "
                    "step (or --methods) as its run trains, against a bare fp32 loop in the default layout")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a setting of every timed method "
+                   "that declares it, over its run's (YAML value; repeatable), e.g. star_samples=all")
     p.add_argument("--cell", default=None, help="time one seed of this run key of params.yaml instead")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stacked", type=int, default=0, metavar="S", help="time S seeds trained stacked against the same "
