@@ -22,7 +22,7 @@ def test_every_method_and_kind_is_listed_with_its_settings_and_defaults():
     for name in KINDS:
         assert f"### {name}\n" in text
     coca = reference("coca")
-    assert "| omega" in coca and "float >= 0 and < 1" in coca and "| 0.1 " in coca
+    assert "| omega" in coca and "float >= 0 and <= 1" in coca and "| 0.1 " in coca
     assert "| lr " in coca and "required" in coca
 
 
