@@ -15,7 +15,7 @@ from gcl.report import figures, plot_data
 from gcl.report.display import Display
 from gcl.report.plot_data import Curve
 from gcl.report.settings import MAX_LINES, ReportSettings
-from gcl.report.summary import ResolvedReport
+from gcl.report.summary import ResolvedReport, summary_frame
 from gcl.report.write import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,10 +169,12 @@ def test_a_sweeps_marks_are_drawn_as_dotted_lines_with_their_note(tmp_path, monk
         runs.append(cell(name, 500, run={"omega": omega}))
     sweep = {"parameter": "omega", "methods": ["coca", "coca-w09"], "label": "ω",
              "marks": [{"x": 1.0, "text": "ω = 1: undefined"}]}
-    settings = validate(ReportSettings, {"sensitivity": {"benchmark": "b", "buffer": 500, "sweeps": [sweep]}}, "report")
+    report = {"sensitivity": {"benchmark": "b", "buffer": 500, "sweeps": [sweep]}}
+    resolved = ResolvedReport.from_json(resolved_for(runs, report=report))
+    settings = resolved.settings
     drawn = {}
     monkeypatch.setattr(figures, "_save", lambda fig, path: drawn.setdefault("fig", fig) and path)
-    sweeps = plot_data.sweep_panels(settings, runs)
+    sweeps = plot_data.sweep_panels(resolved, summary_frame(runs))
     assert [(p.x, p.mean) for p in sweeps[0].points] == [(0.1, 30.0), (0.9, 30.0)]
     figures.plot_sensitivity(settings.sensitivity, sweeps, tmp_path / "s.png")
     ax = drawn["fig"].axes[0]

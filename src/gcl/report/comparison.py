@@ -43,6 +43,11 @@ class Difference:
 NO_INTERVAL = "no interval (needs 2 seeds a side)"
 
 
+def interval_text(d: Difference) -> str:
+    """The interval as the documents print it, '[-1.21, +5.21]'; '-' where there is none."""
+    return f"[{d.low:+.2f}, {d.high:+.2f}]" if d.has_interval else "-"
+
+
 def difference(a: Sequence[float], b: Sequence[float]) -> Difference:
     """mean(a) − mean(b), with its Welch interval where each side has 2 seeds or more (a profile of one seed, or a
     dry run, still gets the difference)."""
@@ -117,8 +122,7 @@ def comparison_section(spec: Comparison, summary: pd.DataFrame, display: Display
         "best other": display.label(r.best),
         "its mean (seeds)": f"{fmt_mean_std(r.other.mean(), r.other.std())} ({len(r.other)})",
         f"{main} − best": f"{r.difference.estimate:+.2f}",
-        f"{LEVEL:.0%} interval (Welch)": f"[{r.difference.low:+.2f}, {r.difference.high:+.2f}]"
-                                         if r.difference.has_interval else "-",
+        f"{LEVEL:.0%} interval (Welch)": interval_text(r.difference),
         "verdict": r.difference.verdict,
     } for r in rows])
     metric = {"class_il": "Class-IL", "task_il": "Task-IL"}[spec.metric]

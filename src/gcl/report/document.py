@@ -1,7 +1,8 @@
 """The report's two documents, as a paper's results section and its appendix:
 
 - tables.md: the warnings, then every accuracy table: the committed reproductions' first (report.reproductions),
-  then this profile's; each profile's headline, data and the paper's tables.
+  then this profile's; each profile's headline, data, the paper's tables (Table 3 with its claims line,
+  report.ablation), the comparisons and the sensitivity figure's section (report.sensitivity).
 - costs.md: per profile, in the same order, what each run cost (forgetting, steps, time) and the methods' own
   metrics.
 """
@@ -15,10 +16,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from gcl.report.claims import ablation_texts, below_table, sensitivity_section
+from gcl.report.common import ReportError
 from gcl.report.comparison import comparison_section
 from gcl.report.costs import cost_legend, cost_table, method_metric_legend, method_metrics_table
 from gcl.report.display import WITHIN_STD_TEXT, Display, fmt_count
 from gcl.report.paper import PAPER, table_source
+from gcl.report.plot_data import SweepPanel, sweep_panels
 from gcl.report.reproductions import read_verified
 from gcl.report.summary import ResolvedReport, environment_line, environments, mixes_environments, stacked_seeds
 from gcl.report.tables import HeadlineRow, headline, headline_table, table_section, unfilled_line
@@ -38,6 +42,14 @@ class ProfileResults:
     @cached_property
     def display(self) -> Display:
         return Display(self.resolved)
+
+    @cached_property
+    def sweeps(self) -> list[SweepPanel]:
+        """The sensitivity figure's panels (report.sensitivity), from this profile's summary; [] without one."""
+        try:
+            return sweep_panels(self.resolved, self.summary)
+        except ReportError as exc:
+            raise ReportError(f"{self.folder}: {exc}" if self.folder else str(exc)) from None
 
     @property
     def title(self) -> str:
@@ -125,11 +137,14 @@ def accuracy_sections(profile: ProfileResults, paper: pd.DataFrame, h: str) -> s
                   "Ours − paper: our mean minus the paper's number; a column named after another paper holds that "
                   "paper's own number (its authors' data and protocol) and ours minus it.\n\n")
         out.write(headline_table(profile.head, table_source(paper, settings.headline.paper_table)) + "\n\n")
-    tables = [(spec, table_section(spec, resolved, profile.summary, paper, display, h)) for spec in settings.tables]
+    claims = ablation_texts(settings, profile.summary, display)
+    tables = [(spec, table_section(spec, resolved, profile.summary, paper, display, h, below_table(claims, j)))
+              for j, spec in enumerate(settings.tables)]
     out.write(data_lines(profile, [unfilled_line(spec, resolved, profile.summary) for spec, text in tables if not text], h))
     out.write("".join(text for _, text in tables))
     for spec in settings.comparisons:
         out.write(comparison_section(spec, profile.summary, display, h))
+    out.write(sensitivity_section(settings, profile.sweeps, display, profile.folder, h))
     return out.getvalue()
 
 

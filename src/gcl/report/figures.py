@@ -272,6 +272,8 @@ def _tsne_figure(bench: str, embeddings: list[Embedding], labels: dict[str, str]
 
 # ---------------------------------------------------------------------------- the sensitivity sweeps
 
+SENSITIVITY = "sensitivity.png"   # under results/figures/
+
 def plot_sensitivity(spec: Sensitivity | None, sweeps: list[SweepPanel], path: Path,
                      kept: Kept | None = None) -> Path | None:
     """Class-IL against each swept setting (the paper's Figure 4: CoCa's omega and gamma), a panel per sweep,
@@ -297,16 +299,17 @@ def _sensitivity_figure(spec: Sensitivity, sweeps: list[SweepPanel]):
         ax.set_ylabel("Class-IL accuracy (%)")
         ax.grid(alpha=0.3)
     fig.suptitle(f"{spec.benchmark}, buffer {spec.buffer}: {spec.title}")
+    fig.text(0.5, -0.02, f"Mean ± std over seeds. {spec.paper_note}", ha="center", va="top", fontsize=8)
     return fig
 
 
 # ---------------------------------------------------------------------------- all of them
 
 def draw_all(settings: ReportSettings, display: Display, cells: list[RunResult], curves: list[Curve],
-             confusions: list[Confusion], out_dir: Path, warnings: list[str]) -> list[Path]:
+             confusions: list[Confusion], sweeps: list[SweepPanel], out_dir: Path, warnings: list[str]) -> list[Path]:
     """Every figure; one that fails is skipped with a warning (a params error still stops the report).
-    `curves` and `confusions`: plot_data's, as results/plots holds them; the sweeps are computed inside their
-    figure's job, and the t-SNE embeddings (the slowest part, where not cached) in the background meanwhile."""
+    `curves`, `confusions` and `sweeps`: plot_data's, as results/plots holds them; the t-SNE embeddings (the
+    slowest part, where not cached) are computed in the background meanwhile."""
 
     def note(message: str) -> None:
         warn(message, warnings)
@@ -319,8 +322,7 @@ def draw_all(settings: ReportSettings, display: Display, cells: list[RunResult],
     with ThreadPoolExecutor(1) as background:
         embedded = background.submit(plot_data.embeddings, usable) if usable is not None else None
         jobs = [("curves", lambda: plot_curves(curves, settings.curves.groups, display, out_dir, kept)),
-                ("sensitivity", lambda: plot_sensitivity(settings.sensitivity, plot_data.sweep_panels(settings, cells),
-                                                         out_dir / "sensitivity.png", kept))]
+                ("sensitivity", lambda: plot_sensitivity(settings.sensitivity, sweeps, out_dir / SENSITIVITY, kept))]
         if chosen:
             jobs.append(("confusion", lambda: plot_confusions(bench, confusions, display,
                                                               out_dir / f"{bench}-confusion.png", kept)))

@@ -9,6 +9,7 @@ paper's Figure 4).
 from __future__ import annotations
 
 import csv
+import math
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from gcl.core.atomic import atomic_path
@@ -222,40 +224,73 @@ def embeddings(usable: list[Features]) -> list[Embedding]:
 
 @dataclass(frozen=True)
 class SweepPoint:
-    x: float             # the swept setting, as the run trained with it
-    mean: float          # Class-IL over seeds
-    std: float           # over seeds (0 for one seed)
+    """One run of a sweep: the swept setting's value and each seed's Class-IL."""
+
+    x: float                               # the swept setting, as the run resolves it
+    method: str                            # the run's method (a configuration)
+    seeds: tuple[tuple[int, float], ...]   # (seed, Class-IL %), by seed
+
+    @property
+    def accs(self) -> list[float]:
+        return [acc for _, acc in self.seeds]
+
+    @property
+    def mean(self) -> float:
+        """Class-IL over seeds (as gcl.report.summary.stats)."""
+        return float(pd.Series(self.accs, dtype=float).mean())
+
+    @property
+    def std(self) -> float:
+        """Over seeds, one degree of freedom removed (as gcl.report.summary.stats); 0 for one seed."""
+        return float(pd.Series(self.accs, dtype=float).std()) if len(self.seeds) > 1 else 0.0
 
 
 @dataclass(frozen=True)
 class SweepPanel:
-    sweep: Sweep                    # its parameter, axis label and marks (report.sensitivity.sweeps)
-    points: list[SweepPoint]        # by x
+    sweep: Sweep                    # its parameter, axis label, marks and statements (report.sensitivity.sweeps)
+    points: list[SweepPoint]        # by x, one per value
+
+    def at(self, x: float) -> SweepPoint | None:
+        """The point whose value is `x` (to rounding), or None."""
+        return next((p for p in self.points if math.isclose(p.x, x, rel_tol=1e-9, abs_tol=1e-12)), None)
 
 
-def sweep_panels(settings: ReportSettings, cells: list[RunResult]) -> list[SweepPanel]:
-    """Class-IL against each swept setting of `report.sensitivity`, a panel per sweep ([] without one). The x
-    value is the setting each run trained with; a sweep naming a run or setting that does not exist is an error."""
-    spec = settings.sensitivity
+def sweep_panels(resolved: ResolvedReport, summary: pd.DataFrame) -> list[SweepPanel]:
+    """Class-IL against each swept setting of `report.sensitivity`, a panel per sweep ([] without one): the x value
+    is the setting each run resolves (params.yaml's, defaults filled in, as the run trained with it), the seeds are
+    the summary's (this profile's or a committed reproduction's). A sweep naming a run or setting that does not exist,
+    a run without results, or two runs at one value is an error."""
+    spec = resolved.settings.sensitivity
     if not spec:
         return []
-    where = {(c.benchmark, c.method, str(c.buffer)): c for c in cells}
+    runs = {(r["benchmark"], r["method"], str(r["buffer"])): r for r in resolved.runs.values()}
+    on = summary[(summary.benchmark == spec.benchmark) & (summary.buffer.astype(str) == str(spec.buffer))]
     panels = []
     for i, sweep in enumerate(spec.sweeps):
-        points = []
-        for method in sweep.methods:
-            cell = where.get((spec.benchmark, method, str(spec.buffer)))
-            if cell is None:
-                raise ReportError(f"report.sensitivity.sweeps[{i}]: no run {spec.benchmark}/{method}/{spec.buffer} "
-                                  "in runs; add its run or drop it from the sweep")
-            if sweep.parameter not in cell.run:
-                raise ReportError(f"report.sensitivity.sweeps[{i}].parameter: {method!r} has no setting "
-                                  f"{sweep.parameter!r} (`python -m gcl.describe` lists each method's settings)")
-            accs = np.array([r.class_il for r in cell.seeds.values()], dtype=float)
-            points.append(SweepPoint(cell.run[sweep.parameter], float(accs.mean()),
-                                     float(accs.std(ddof=1)) if len(accs) > 1 else 0.0))
-        panels.append(SweepPanel(sweep, sorted(points, key=lambda p: (p.x, p.mean, p.std))))
+        where = f"report.sensitivity.sweeps[{i}]"
+        points = [_sweep_point(where, sweep, runs.get((spec.benchmark, method, str(spec.buffer))), method,
+                               on[on.method == method], f"{spec.benchmark}/{method}/{spec.buffer}")
+                  for method in sweep.methods]
+        points.sort(key=lambda p: p.x)
+        twice = [f"{a.method} and {b.method} at {sweep.parameter} = {a.x:g}" for a, b in zip(points, points[1:])
+                 if math.isclose(a.x, b.x, rel_tol=1e-9, abs_tol=1e-12)]
+        if twice:
+            raise ReportError(f"{where}.methods: {'; '.join(twice)}: one run a value")
+        panels.append(SweepPanel(sweep, points))
     return panels
+
+
+def _sweep_point(where: str, sweep: Sweep, run: dict | None, method: str, rows: pd.DataFrame, cell: str) -> SweepPoint:
+    """One method's point of a sweep, from its resolved run and its summary rows (errors name `where`)."""
+    if run is None:
+        raise ReportError(f"{where}: no run {cell} in runs; add its run or drop it from the sweep")
+    if sweep.parameter not in run:
+        raise ReportError(f"{where}.parameter: {method!r} has no setting {sweep.parameter!r} "
+                          "(`python -m gcl.describe` lists each method's settings)")
+    if rows.empty:
+        raise ReportError(f"{where}: run {cell} has no results in the summary; run `dvc repro`")
+    seeds = tuple(sorted((int(s), float(a)) for s, a in zip(rows.seed, rows.class_il)))
+    return SweepPoint(float(run[sweep.parameter]), method, seeds)
 
 
 # ---------------------------------------------------------------------------- dvc plots
@@ -268,11 +303,25 @@ def _write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
     return path
 
 
-def write_plot_data(curves: list[Curve], confusions: list[Confusion], out: Path) -> list[Path]:
-    """plots/curves/<benchmark>/<method>_<buffer>.csv (evaluation, accuracy: mean over seeds) and
+SWEEP_COLUMNS = ["seed", "class_il", "method", "mean", "std", "seeds"]   # after the swept setting's own column
+
+
+def sweep_rows(panel: SweepPanel) -> list[list]:
+    """One row per (value, seed): the value, the seed, its Class-IL, and its point's method, mean, std and seeds."""
+    return [[f"{p.x:g}", seed, f"{acc:.2f}", p.method, f"{p.mean:.2f}", f"{p.std:.2f}", len(p.seeds)]
+            for p in panel.points for seed, acc in p.seeds]
+
+
+def write_plot_data(curves: list[Curve], confusions: list[Confusion], out: Path,
+                    sweeps: list[SweepPanel] = ()) -> list[Path]:
+    """plots/curves/<benchmark>/<method>_<buffer>.csv (evaluation, accuracy: mean over seeds),
     plots/confusion/<benchmark>/<method>_<buffer>.csv (actual, predicted: one line per test image of the
-    first seed) for `dvc plots show/diff` (dvc.yaml's `plots:`)."""
+    first seed) and plots/sensitivity/<parameter>.csv (the swept setting, then SWEEP_COLUMNS: one line per seed of
+    each point) for `dvc plots show/diff` (dvc.yaml's `plots:`)."""
     paths = []
+    for panel in sweeps:
+        paths.append(_write_csv(out / "sensitivity" / f"{panel.sweep.parameter}.csv",
+                                [panel.sweep.parameter, *SWEEP_COLUMNS], sweep_rows(panel)))
     for c in curves:
         rows = [[i, f"{acc:.2f}"] for i, acc in enumerate(c.values, start=1)]
         paths.append(_write_csv(out / "curves" / c.benchmark / f"{c.name}.csv", ["evaluation", "accuracy"], rows))

@@ -19,23 +19,110 @@ class Mark(Settings):
     text: str = Field(min_length=1, description="its note, e.g. why the sweep has no point there")
 
 
+def _pair_of(value, what: str) -> tuple[float, float]:
+    """Two distinct values of a swept setting (a span's ends, a change's from and to)."""
+    if len(value) != 2 or value[0] == value[1]:
+        raise ValueError(f"{what} takes two distinct values of the swept setting, got {list(value)}")
+    return value
+
+
+def _between_shorthand(value):
+    """`[a, b]` stands for `{between: [a, b]}` (the numbers, no claim)."""
+    return {"between": value} if isinstance(value, list) else value
+
+
+class Span(Settings):
+    """The range of Class-IL means over the points of a sweep between two values (the paper's "ω barely matters in
+    (0.1, 0.9)"): the lowest and the highest mean, each ± its std, and highest − lowest with its Welch interval."""
+
+    between: list[float] = Field(description="the span's two ends, lowest first; both included")
+    claim: Literal["", "flat"] = Field("", description="flat: the paper says the setting barely matters there; it holds "
+                                                       "where highest − lowest is not told apart from 0 (its interval "
+                                                       "holds 0), or with `within` where the interval lies under it")
+    within: float | None = Field(None, gt=0, description="flat holds only where highest − lowest is shown smaller than "
+                                                         "this many points (its interval's upper end)")
+
+    @field_validator("between")
+    @classmethod
+    def _ends(cls, between: list[float]) -> list[float]:
+        _pair_of(between, "between")
+        if between[0] > between[1]:
+            raise ValueError(f"a span's ends go lowest first, got {between}")
+        return between
+
+
+class Change(Settings):
+    """Class-IL from one point of a sweep to another (the paper's "γ 0.1 beats 0 by more than 2 points"): both
+    means ± std and the difference (to − from) with its Welch interval."""
+
+    between: list[float] = Field(description="[from, to]: two values of the swept setting, each a point of the sweep")
+    claim: Literal["", "rises", "falls"] = Field("", description="what the paper says the change does: rises holds where "
+                                                                 "the interval lies above `by`, falls where it lies "
+                                                                 "below −`by` ('': the numbers only)")
+    by: float = Field(0.0, ge=0, description="the least rise or fall (points) the claim states, e.g. 2")
+
+    @field_validator("between")
+    @classmethod
+    def _ends(cls, between: list[float]) -> list[float]:
+        return _pair_of(between, "between")
+
+
 class Sweep(Settings):
-    """One panel of the sensitivity figure: Class-IL against one setting, one point per method (configuration)."""
+    """One panel of the sensitivity figure: Class-IL against one setting, one point per method (configuration); the
+    statements its line in tables.md makes (`span`, `changes`)."""
 
     parameter: str = Field(min_length=1, description="the swept setting, as the methods' runs resolve it (e.g. omega)")
     methods: list[str] = Field(min_length=1, description="methods whose runs are the sweep's points (each at the "
                                                          "figure's benchmark and buffer)")
     label: str = Field("", description="the x axis's label (default: the parameter's name)")
+    name: str = Field("", description="the setting's name in tables.md's lines, e.g. ω (default: the parameter's name)")
     marks: list[Mark] = Field([], description="dotted vertical lines with a note")
+    span: Span | None = Field(None, description="the range of Class-IL means between two values ([low, high] or "
+                                                "{between, claim, within})")
+    changes: list[Change] = Field([], description="changes from one point to another ([from, to] or "
+                                                  "{between, claim, by}), in the line's order")
+
+    @field_validator("span", mode="before")
+    @classmethod
+    def _span_shorthand(cls, value):
+        return _between_shorthand(value)
+
+    @field_validator("changes", mode="before")
+    @classmethod
+    def _changes_shorthand(cls, value):
+        return [_between_shorthand(v) for v in value] if isinstance(value, list) else value
+
+    @property
+    def shown_name(self) -> str:
+        return self.name or self.parameter
+
+
+PAPER_NOTE = "The paper's Figure 4 is on Seq-CIFAR-100 at buffer 500."
 
 
 class Sensitivity(Settings):
-    """The sensitivity figure (the paper's Figure 4): a panel per sweep."""
+    """The sensitivity figure (the paper's Figure 4): a panel per sweep, and its section in tables.md (a caption, a
+    line per sweep stating its `span` and `changes` as numbers)."""
 
     benchmark: str = Field(description="the benchmark of the sweeps")
     buffer: int = Field(gt=0, description="the buffer of the sweeps")
     title: str = Field("sensitivity", description="the figure's title, after the benchmark and buffer")
+    heading: str = Field("", description="the tables.md section's heading (default: 'Figure 4: ' + title + ' to ' "
+                                         "+ the sweeps' names)")
+    paper_note: str = Field(PAPER_NOTE, description="where the paper's figure was measured, in the caption and the figure")
     sweeps: list[Sweep] = Field(min_length=1, description="the panels, in order")
+
+    @field_validator("sweeps")
+    @classmethod
+    def _one_panel_a_setting(cls, sweeps: list[Sweep]) -> list[Sweep]:
+        twice = sorted({s.parameter for s in sweeps if [t.parameter for t in sweeps].count(s.parameter) > 1})
+        if twice:
+            raise ValueError(f"{twice} swept twice: one sweep a setting (its data is plots/sensitivity/<parameter>.csv)")
+        return sweeps
+
+    @property
+    def shown_heading(self) -> str:
+        return self.heading or f"Figure 4: {self.title} to " + " and ".join(s.shown_name for s in self.sweeps)
 
 
 class BenchmarkDisplay(Settings):
@@ -98,6 +185,47 @@ class Comparison(Settings):
     text: str = Field("", description="a paragraph under the heading (e.g. how the settings were chosen)")
 
 
+class Ablation(Settings):
+    """The paper's Table 3 claims tested on one benchmark: each component helps (the configuration with it beats the
+    same configuration without it, its Welch interval above 0), and all of them together are best. A line per buffer
+    under the first of report.tables whose rows name every configuration."""
+
+    benchmark: str = Field(description="the benchmark of the configurations' runs")
+    buffers: list[int] = Field(min_length=1, description="the buffers tested, a line each; every configuration needs "
+                                                         "a run at each")
+    configurations: dict[str, list[str]] = Field(min_length=2, description="method -> the components it has (e.g. "
+                                                                           "coca-ckd-pt: [CKD, PT]; [] for none); "
+                                                                           "one has all (the full method)")
+
+    @field_validator("configurations")
+    @classmethod
+    def _one_full(cls, configurations: dict[str, list[str]]) -> dict[str, list[str]]:
+        sets = {method: frozenset(parts) for method, parts in configurations.items()}
+        repeated = [m for m, parts in configurations.items() if len(set(parts)) != len(parts) or "" in parts]
+        if repeated:
+            raise ValueError(f"{repeated}: each component once, named")
+        same = [m for m in sets if list(sets.values()).count(sets[m]) > 1]
+        if same:
+            raise ValueError(f"{same} have the same components; each configuration needs its own")
+        every = frozenset().union(*sets.values())
+        if not every:
+            raise ValueError("no configuration has a component")
+        if every not in sets.values():
+            raise ValueError(f"no configuration has every component ({', '.join(sorted(every))}): the full method "
+                             "is the one with all of them")
+        return configurations
+
+    @property
+    def components(self) -> list[str]:
+        """Every component, in the order the configurations first name them."""
+        return list(dict.fromkeys(c for parts in self.configurations.values() for c in parts))
+
+    @property
+    def full(self) -> str:
+        """The configuration with every component."""
+        return next(m for m, parts in self.configurations.items() if set(parts) == set(self.components))
+
+
 MAX_LINES = 8   # lines per curve panel; more are unreadable
 
 
@@ -131,6 +259,8 @@ class ReportSettings(Settings):
     curves: Curves = Field(default_factory=Curves, description="how the accuracy curves are grouped into panels")
     comparisons: list[Comparison] = Field([], description="a method against the best of others per buffer: the "
                                                           "difference and its 95% interval (Welch), with a verdict")
+    ablation: list[Ablation] = Field([], description="Table 3's claims (each component helps, all together are best) "
+                                                     "tested with Welch intervals: a line under the table, per buffer")
     reproductions: list[str] = Field([], description="folders holding another profile's committed results (its "
                                                      "params.yaml, dvc.lock and results/), verified against that "
                                                      "dvc.lock (stage check@reproductions) and shown first in tables.md")

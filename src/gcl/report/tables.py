@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from gcl.report.common import buffer_key
+from gcl.report.common import ReportError, buffer_key
 from gcl.report.display import Display, buffer_text, fmt_difference, fmt_number, fmt_ours, markdown
 from gcl.report.paper import Published, published, table_source
 from gcl.report.settings import TableSpec
@@ -83,10 +83,12 @@ def _ours(st: pd.DataFrame, method: str, buffer: str, number: Published | None) 
 
 
 def table_section(spec: TableSpec, resolved: ResolvedReport, summary: pd.DataFrame, paper: pd.DataFrame,
-                  display: Display, h: str) -> str:
+                  display: Display, h: str, below: dict[str, str] | None = None) -> str:
     """One of the paper's tables as a section headed `h`: a sub-section per benchmark that ran it, each with its
-    notes (the rows' notes, mixed environments); '' where no benchmark has it."""
-    sections = []
+    notes (the rows' notes, mixed environments) and, under the table, `below`'s text for that benchmark (e.g.
+    Table 3's claims); '' where no benchmark has it. Text for a benchmark without a sub-section is an error."""
+    below = below or {}
+    sections, shown = [], set()
     for b in table_benchmarks(spec, summary, resolved):
         present = set(summary[(summary.benchmark == b) & summary[spec.metric].notna()].method)
         rows = table_rows(spec, display, present)
@@ -99,7 +101,13 @@ def table_section(spec: TableSpec, resolved: ResolvedReport, summary: pd.DataFra
         if mixes_environments(on):
             mixed = environments(on)
             notes = [f"its cells come from {len(mixed)} environments: " + "; ".join(mixed), *notes]
-        sections.append(f"{h}# {b}\n\n" + "".join(f"- {n}\n" for n in notes) + ("\n" if notes else "") + table + "\n\n")
+        sections.append(f"{h}# {b}\n\n" + "".join(f"- {n}\n" for n in notes) + ("\n" if notes else "") + table + "\n\n"
+                        + below.get(b, ""))
+        shown.add(b)
+    lost = [b for b in below if b not in shown]
+    if lost:
+        raise ReportError(f"{spec.title!r} has no section on {', '.join(lost)}, where report.ablation's line goes "
+                          "under it: it needs runs of two of its rows there")
     if not sections:
         return ""
     return f"{h} {spec.title}\n\n" + (f"{spec.text}\n\n" if spec.text else "") + "".join(sections)

@@ -36,6 +36,7 @@ def write_report(resolved: dict, out_dir: str | Path, paper_csvs: list[str | Pat
     paper = read_paper(paper_csvs)
     this = profile_results(report, summary_frame(cells), paper)
     reproductions = [read_reproduction(f, paper) for f in settings.reproductions]
+    sweeps = this.sweeps                           # a sweep's error (a run it names is missing) before any output
     warnings: list[str] = []
     for folder in stale_runs(report):
         warn(f"stale: {folder} is not a run of params.yaml; delete it", warnings)
@@ -47,9 +48,9 @@ def write_report(resolved: dict, out_dir: str | Path, paper_csvs: list[str | Pat
             (build / "figures").mkdir()
             (build / "plots").mkdir()
             curves, confusions = plot_data.curves(cells, report), plot_data.confusions(settings, cells)
-            plot_data.write_plot_data(curves, confusions, build / "plots")
+            plot_data.write_plot_data(curves, confusions, build / "plots", sweeps)
             if settings.figures:
-                draw_all(settings, this.display, cells, curves, confusions, build / "figures", warnings)
+                draw_all(settings, this.display, cells, curves, confusions, sweeps, build / "figures", warnings)
             this.summary.to_csv(build / "summary.csv", index=False)
             (build / "metrics.json").write_text(json.dumps(headline_metrics(this.head), indent=2, allow_nan=False)
                                                 + "\n")
