@@ -180,6 +180,7 @@ def test_a_sweeps_marks_are_drawn_as_dotted_lines_with_their_note(tmp_path, monk
     ax = drawn["fig"].axes[0]
     assert any(list(line.get_xdata()) == [1.0, 1.0] for line in ax.get_lines())
     assert any("ω = 1: undefined" in t.get_text() for t in ax.texts)
+    assert any("The paper's Figure 4 is on Seq-CIFAR-100 at buffer 500." in t.get_text() for t in drawn["fig"].texts)
 
 
 def test_a_tsne_embedding_is_the_same_in_a_worker_thread_as_single_threaded():

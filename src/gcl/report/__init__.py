@@ -6,6 +6,9 @@
 - display: labels, row order, and how every number prints (±, ≈, signed differences, counts)
 - tables: the paper's tables beside ours, and the headline
 - costs: each run's cost and its method's own metrics
+- comparison: a method against the best of others per buffer, with Welch intervals
+- claims: the paper's claims about its parts put as numbers and decided on intervals (Figure 4's
+  sweeps, Table 3's ablation)
 - document: tables.md and costs.md
 - plot_data: what the figures draw and `dvc plots` reads
 - figures: the PNG figures, drawn from plot_data

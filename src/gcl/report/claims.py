@@ -196,7 +196,7 @@ def ablation_line(spec: Ablation, summary: pd.DataFrame, name: Callable[[str], s
     full = spec.full
     beside = [Pair("all", full, m, difference(accs[full], accs[m])) for m in spec.configurations if m != full]
     best = all(p.helps for p in beside)
-    parts.append(f"all of {'+'.join(spec.components)} together ({name(full)}) {'are' if best else 'are not'} best"
+    parts.append(f"all together ({name(full)}) {'are' if best else 'are not'} best"
                  + _failed(beside, name, full=True))
     return f"{buffer_text(buffer)}: " + "; ".join(parts) + "."
 
