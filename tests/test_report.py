@@ -497,6 +497,21 @@ def test_seeds_from_two_cpu_capabilities_are_two_environments(resolved):
     assert set(pd.read_csv("results/summary.csv").env_cpu_capability.dropna()) == {"AVX512", "AVX2"}
 
 
+def test_a_summary_read_back_with_gpu_seeds_and_no_cpu_capability_names_its_environment(tmp_path):
+    """A committed reproduction's summary.csv trained on a GPU has an empty env_cpu_capability column, which pandas
+    reads back as floats: the environment is still told in words ('-' for the GPU seeds' capability)."""
+    from gcl.report.reproductions import read_summary
+    from gcl.report.summary import environments, mixes_environments
+    frame = pd.DataFrame({"benchmark": ["b", "b"], "method": ["er", "er"], "buffer": ["200", "200"], "seed": [0, 1],
+                          "device": ["cuda", "cuda"], "env_torch": ["2.14.1", "2.14.1"], "env_device": ["H200", "H200"],
+                          "env_cpu_capability": [None, None], "env_threads": [1, 1], "env_precision": ["fp32", "fp32"]})
+    (tmp_path / "results").mkdir()
+    frame.to_csv(tmp_path / "results" / "summary.csv", index=False)
+    read = read_summary(tmp_path)
+    assert read.env_cpu_capability.dtype == float                     # how pandas reads the empty column
+    assert environments(read) == ["torch 2.14.1, H200, 1 thread(s), fp32 (2 seeds)"] and not mixes_environments(read)
+
+
 def test_a_full_disk_writing_the_report_is_one_line_naming_results_and_keeps_the_old_ones(resolved, monkeypatch):
     """pandas' write to an open file carries no file name; the line names results/, which is left as it was."""
     import errno

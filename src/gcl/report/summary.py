@@ -147,7 +147,8 @@ def is_count(values: pd.Series) -> bool:
 
 def _environment_frame(rows: pd.DataFrame) -> pd.DataFrame:
     """Each row's environment as text, one column per ENVIRONMENT key; `stacked` as 'stacked' or 'alone'."""
-    envs = rows.reindex(columns=[f"env_{k}" for k in ENVIRONMENT])
+    # as objects: a summary.csv read back holds an all-empty column as floats, which refuse a text value
+    envs = rows.reindex(columns=[f"env_{k}" for k in ENVIRONMENT]).astype(object)
     envs["env_compiled"] = envs["env_compiled"].astype(object).fillna("eager")   # results from before compiled backbones
     envs["env_layout"] = envs["env_layout"].astype(object).fillna("default")      # recorded only where not the default
     # a GPU seed has no CPU capability; a CPU seed from before it was recorded reads '?' (unknown, not equal)
