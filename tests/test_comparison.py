@@ -99,3 +99,20 @@ def test_one_seed_a_side_shows_the_difference_and_says_an_interval_needs_two():
     rows = comparison_rows(spec, summary(mixed))
     assert [r.difference.verdict for r in rows] == ["no interval (needs 2 seeds a side)"] * 2
     assert "62.00 ± 1.00 (3)" in comparison_section(spec, summary(mixed), display(), "###")
+
+
+def test_an_interval_holding_0_is_a_tie_only_under_2_points():
+    """-1.0 [-3.3, +1.3] is a tie; +3.0 with an interval holding 0 is not decided, not a tie (the seeds cannot tell a
+    3-point gap from none); the section says which."""
+    near = welch_difference([60.0, 61.0, 62.0], [61.0, 63.0, 62.0])
+    assert near.low < 0 < near.high and near.estimate == pytest.approx(-1.0) and near.verdict == "ties"
+    far = welch_difference([60.0, 64.0, 68.0], [61.0, 63.0, 59.0])
+    assert far.low < 0 < far.high and far.estimate == pytest.approx(3.0) and far.verdict == "not decided"
+    cells = {**CELLS, ("coca", "500"): [60.0, 64.0, 68.0], ("er", "500"): [50.0, 51.0, 52.0],
+             ("clser", "500"): [61.0, 63.0, 59.0]}
+    spec = Comparison(benchmark="mnist-360", method="coca", against=["er", "clser"])
+    assert [(r.best, r.difference.verdict) for r in comparison_rows(spec, summary(cells))] == [
+        ("clser", "ties"), ("clser", "not decided")]
+    text = comparison_section(spec, summary(cells), display(), "###")
+    assert ("CoCa ties at B=200; is not decided at B=500: the interval holds 0, but the difference is 2 points or more"
+            in text)

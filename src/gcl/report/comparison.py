@@ -1,8 +1,10 @@
 """A method against the best of a set of others, per buffer, decided with a confidence interval: the difference
 of the mean accuracies over seeds, its Welch interval (unequal variances, Welch-Satterthwaite degrees of
 freedom, as scipy's `ttest_ind(equal_var=False)` gives it), and a verdict in words: a win or a loss where the interval
-excludes 0, a tie where it holds it (report.comparisons). With fewer than 2 seeds on a side there is no interval: the
-difference is shown alone, and the verdict says that an interval needs 2 seeds."""
+excludes 0; where it holds 0, a tie if the difference is under TIE_WITHIN points, else not decided (the seeds are too
+few to tell a gap of that size from none: "tie" would claim more than they show) (report.comparisons). With fewer
+than 2 seeds on a side there is no interval: the difference is shown alone, and the verdict says that an interval
+needs 2 seeds."""
 from __future__ import annotations
 
 import math
@@ -17,6 +19,7 @@ from gcl.report.display import Display, buffer_text, fmt_mean_std, markdown
 from gcl.report.settings import Comparison
 
 LEVEL = 0.95
+TIE_WITHIN = 2.0   # accuracy points: an interval holding 0 is a tie only for a difference under this
 
 
 @dataclass(frozen=True)
@@ -37,10 +40,13 @@ class Difference:
     def verdict(self) -> str:
         if not self.has_interval:
             return NO_INTERVAL
-        return "wins" if self.low > 0 else "loses" if self.high < 0 else "ties"
+        if self.low > 0 or self.high < 0:
+            return "wins" if self.low > 0 else "loses"
+        return "ties" if abs(self.estimate) < TIE_WITHIN else UNDECIDED
 
 
 NO_INTERVAL = "no interval (needs 2 seeds a side)"
+UNDECIDED = "not decided"
 
 
 def interval_text(d: Difference) -> str:
@@ -102,12 +108,14 @@ def comparison_rows(spec: Comparison, summary: pd.DataFrame) -> list[ComparisonR
 def _verdicts(rows: list[ComparisonRow], main: str) -> str:
     """The outcome in words, e.g. 'CoCa wins at B=500 and B=1000 and ties at B=200.'"""
     parts = []
-    for verdict in ("wins", "ties", "loses", NO_INTERVAL):
+    for verdict in ("wins", "ties", "loses", UNDECIDED, NO_INTERVAL):
         at = [buffer_text(r.buffer) for r in rows if r.difference.verdict == verdict]
         if at:
             where = ' and '.join(at) if len(at) < 3 else ', '.join(at[:-1]) + ' and ' + at[-1]
-            parts.append(f"{verdict} at {where}" if verdict != NO_INTERVAL else
-                         f"is not decided at {where}: an interval needs at least 2 seeds on each side")
+            parts.append({NO_INTERVAL: f"is not decided at {where}: an interval needs at least 2 seeds on each side",
+                          UNDECIDED: f"is not decided at {where}: the interval holds 0, but the difference is "
+                                     f"{TIE_WITHIN:g} points or more (more seeds would tell)"}.get(verdict,
+                                                                                                 f"{verdict} at {where}"))
     return f"{main} " + "; ".join(parts) + "."
 
 
@@ -132,7 +140,8 @@ def comparison_section(spec: Comparison, summary: pd.DataFrame, display: Display
         out.append(spec.text + "\n")
     out.append(f"Per buffer, {main}'s mean minus that of the best of {others} there (by mean), with the "
                f"{LEVEL:.0%} confidence interval of the difference (Welch: unequal variances); a win or a loss where "
-               "the interval excludes 0, a tie where it holds it.\n")
+               f"the interval excludes 0; where it holds 0, a tie if the difference is under {TIE_WITHIN:g} points, "
+               "else not decided.\n")
     out.append(markdown(table) + "\n")
     out.append(_verdicts(rows, main) + "\n\n")
     return "\n".join(out)
