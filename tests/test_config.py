@@ -82,7 +82,7 @@ def test_the_base_params_are_valid():
                                          "overriding its benchmark's width"]),
     ({"runs__m-er-200__seeds": [1, 1]}, ["runs.m-er-200.seeds = [1, 1]", "seeds must be distinct"]),
     ({"runs__m-er-200__algorithm": "er"}, ["runs.m-er-200 has an unknown key 'algorithm'"]),
-    ({"runs__s-coca-200__omega": 1.0}, ["runs.s-coca-200.omega = 1.0", "less than 1"]),
+    ({"runs__s-coca-200__omega": 1.5}, ["runs.s-coca-200.omega = 1.5", "less than or equal to 1"]),
     ({"runs__s-coca-200__gamma": -0.1}, ["runs.s-coca-200.gamma = -0.1", "greater than or equal to 0"]),
     ({"methods__coca__lambda2": "x"}, ["lambda2"]),
     ({"methods__coca__lambda3": 1.0}, ["methods.coca has unknown key(s) ['lambda3']"]),
