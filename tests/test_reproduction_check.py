@@ -127,6 +127,14 @@ def test_a_bad_row_is_refused_even_with_a_matching_dvc_lock(workspace, edit, say
     assert refusal().startswith(f"{FOLDER / 'results/summary.csv'} {says}")
 
 
+def test_a_run_with_stacked_and_lone_seeds_is_no_edit(workspace):
+    """3 seeds in 2 processes: seeds 0 and 1 stacked (env_stacked 2), the last alone (no stack): as the report writes it."""
+    reproduction()
+    edit_summary(lambda s: s.__setitem__("env_stacked", [2.0 if seed == 0 else None for seed in s.seed]))
+    seal(FOLDER)
+    check()
+
+
 def test_a_value_empty_for_every_seed_of_a_run_is_no_edit(workspace):
     """Task-IL on a benchmark without tasks, forgetting of JOINT: empty for the whole run, as the report writes it."""
     reproduction()
