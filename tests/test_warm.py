@@ -3,6 +3,7 @@ exactly as `python <script>` would run it cold."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -553,19 +554,27 @@ def test_the_client_connects_only_to_a_server_of_its_own_user(request):
 
 
 def test_a_stage_of_another_checkout_refuses_to_run_this_checkouts_library(tmp_path):
-    """A worktree at a fixed commit, with `pip install -e` pointing elsewhere, would train the other checkout's code
-    while DVC records its own: the launcher stops before the script runs, naming both and the fix."""
+    """A worktree at another commit, with `pip install -e` pointing elsewhere, would train the other checkout's code
+    while DVC records its own: the launcher stops before the script runs, naming both and the fix. A copy with the
+    same code (a DVC experiment's temporary copy of the workspace) runs."""
+    root = Path(__file__).parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root / "src"), "GCL_WARM": "0"}
     other = tmp_path / "other-checkout"
-    (other / "src" / "gcl").mkdir(parents=True)
+    (other / "src" / "gcl").mkdir(parents=True)           # other code: an empty library
     (other / "stages").mkdir()
     ran = tmp_path / "ran"
     (other / "stages" / "train.py").write_text(f"open({str(ran)!r}, 'w').write('ran')\n")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"GCL_WARM": "0"}
     done = subprocess.run([sys.executable, "-m", "gcl.warm", "stages/train.py"], cwd=other, env=env,
                           capture_output=True, text=True)
     assert done.returncode != 0 and not ran.exists()
     assert f"belongs to the project at {other}" in done.stderr and f"PYTHONPATH={other / 'src'}" in done.stderr
-    # the library's own checkout runs its stages as before
-    here = subprocess.run([sys.executable, "-m", "gcl.warm", "stages/train.py"], cwd=Path(__file__).parents[1],
-                          env=env, capture_output=True, text=True)
+    # the same code elsewhere (an experiment's copy) runs, as does the library's own checkout
+    same = tmp_path / "same-code"
+    shutil.copytree(root / "src" / "gcl", same / "src" / "gcl", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(other / "stages", same / "stages")
+    done = subprocess.run([sys.executable, "-m", "gcl.warm", "stages/train.py"], cwd=same, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and ran.exists(), done.stderr
+    here = subprocess.run([sys.executable, "-m", "gcl.warm", "stages/train.py"], cwd=root, env=env,
+                          capture_output=True, text=True)
     assert "belongs to the project" not in here.stderr and "usage: python stages/train.py" in here.stderr

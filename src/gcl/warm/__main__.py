@@ -37,12 +37,18 @@ def main(argv: list[str]) -> None:
 def require_own_library(script: str) -> None:
     """Stop (one line) a stage of one checkout that would run another checkout's library: with `pip install -e`
     pointing at one checkout, a second one (a git worktree at another commit, a cluster clone) imports the first's
-    gcl unless PYTHONPATH says otherwise, and would train that code while DVC records its own."""
+    gcl unless PYTHONPATH says otherwise, and would train that code while DVC records its own. A copy with the same
+    code (a DVC experiment's temporary copy of the workspace) runs: the two libraries' files are compared, not their
+    paths."""
     project = Path(script).resolve().parents[1]
-    if (project / "src" / "gcl").is_dir() and project != layout.PROJECT:
+    own = project / "src" / "gcl"
+    if not own.is_dir() or project == layout.PROJECT:
+        return
+    from gcl.core.fingerprint import library_digest, tree_digest
+    if tree_digest(["."], own) != library_digest():
         sys.exit(f"error: {script} belongs to the project at {project}, but Python imports gcl from "
-                 f"{layout.PROJECT / 'src'} (another checkout: the one `pip install -e` points at?), whose code it "
-                 f"would run; run with PYTHONPATH={project / 'src'}, or pip install -e {project}")
+                 f"{layout.PROJECT / 'src'} (another checkout: the one `pip install -e` points at?), whose code differs "
+                 f"from this project's; run with PYTHONPATH={project / 'src'}, or pip install -e {project}")
 
 
 def react_to_ctrl_c() -> None:
