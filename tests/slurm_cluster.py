@@ -20,6 +20,9 @@ PROGRAMS = ("munged", "mungekey", "mariadb-install-db", "mariadbd", "slurmdbd", 
 INSTALL = "apt-get install slurm-wlm slurmdbd munge mariadb-server"
 CLUSTER = "gcltest"
 SBIN = "/usr/sbin:/usr/bin:/sbin:/bin"
+MEMORY_MB = 65536                # the node's declared memory and GPUs (it need not have them)
+GPU_FILES = ("/dev/null", "/dev/zero")     # stand-ins for GPU devices: slurmd counts the files
+GPUS = len(GPU_FILES)
 
 
 def why_not_here() -> str | None:
@@ -221,8 +224,12 @@ def _write_configs(folder: Path, host: str, cpus: int, ctld_port: int, slurmd_po
         "SchedulerType=sched/backfill\nSchedulerParameters=sched_interval=2,bf_interval=2\nSelectType=select/cons_tres\nSelectTypeParameters=CR_CPU\n"
         "SlurmdParameters=config_overrides\nReturnToService=2\nKillWait=2\nMinJobAge=5\nInactiveLimit=0\n"
         "SlurmctldTimeout=30\nSlurmdTimeout=30\nMessageTimeout=20\nJobRequeue=1\n"
-        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=4000 State=UNKNOWN\n"
+        "GresTypes=gpu\n"
+        # what the node declares, whatever the machine has (config_overrides): room for a job's --mem-gb 32 and
+        # --gpus 2 (two GPUs without devices: jobs may ask for them, and sbatch checks what they ask for)
+        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={MEMORY_MB} Gres=gpu:{GPUS} State=UNKNOWN\n"
         f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP\n")
+    (folder / "gres.conf").write_text("".join(f"NodeName={host} Name=gpu File={device}\n" for device in GPU_FILES))
     dbd = folder / "slurmdbd.conf"
     dbd.write_text(
         f"DbdHost=localhost\nDbdAddr=127.0.0.1\nDbdPort={dbd_port}\nSlurmUser=root\n" + auth +

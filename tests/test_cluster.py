@@ -270,3 +270,160 @@ def test_options_become_what_each_job_asks_for():
     assert (plan.job.executor, plan.job.gpus, plan.job.max_parallel, plan.job.max_timeouts) == ("slurm", 1, None, 0)
     local = plan_of(parser().parse_args(["--scratch", "s", "--executor", "local"]))
     assert local.job.max_parallel == 2 and local.cells_per_job == 1
+
+
+# ------------------------------------------------------------------------------------------------- Slurm's states
+
+FAKE_SLURM_TOOL = """#!{python}
+import sys
+from pathlib import Path
+said = dict(line.split("=", 1) for line in Path({states!r}).read_text().split())      # job id=STATE
+ids = [i for k, arg in enumerate(sys.argv) if arg == "-j" for i in sys.argv[k + 1].split(",")]
+if {tool!r} == "sacct":       # submitit asks about every job it watches: the test's own jobs are answered
+    print("JobID|State|NodeList")
+    for i in ids:
+        if i in said:
+            print(f"{{i}}|{{said[i].replace('_by_', ' by ')}}|node")
+elif said.get("queue-" + ids[0]):
+    print(said["queue-" + ids[0]])
+"""
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+    """sacct and squeue that say what the test writes down (job id -> state; squeue: "queue-<id>", else nothing),
+    so that submitit reads a state as it reads Slurm's."""
+    states, bin_dir = tmp_path / "states", tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sacct", "squeue"):
+        (bin_dir / tool).write_text(FAKE_SLURM_TOOL.format(python=sys.executable, states=str(states), tool=tool))
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return states
+
+
+SLURM_STATES = {      # squeue's and sacct's job states (Slurm 22.05 to 24.x): where each leaves the cell's clone
+    "PENDING": "waiting", "REQUEUED": "waiting", "REQUEUE_HOLD": "waiting", "REQUEUE_FED": "waiting",
+    "RESV_DEL_HOLD": "waiting", "SPECIAL_EXIT": "waiting", "CONFIGURING": "waiting",
+    "RUNNING": "running", "COMPLETING": "running", "SIGNALING": "running", "STAGE_OUT": "running",
+    "SUSPENDED": "running", "STOPPED": "running", "RESIZING": "running",
+    "COMPLETED": "over", "FAILED": "over", "CANCELLED": "over", "CANCELLED_by_1000": "over", "TIMEOUT": "over",
+    "NODE_FAIL": "over", "PREEMPTED": "over", "BOOT_FAIL": "over", "DEADLINE": "over", "OUT_OF_MEMORY": "over",
+    "REVOKED": "over",
+}
+
+
+@pytest.mark.parametrize("state", sorted(SLURM_STATES))
+def test_every_slurm_state_is_a_phase_and_only_an_ended_job_is_over(tmp_path, fake_slurm, state):
+    """sacct's state, read through submitit: a job still configuring, suspended, stopped, signalled or held for a
+    requeue is not over (submitit's done() says it is), so its clone is not given to another job."""
+    from gcl.cluster.executors import Jobs
+    job_id = str(40000 + sorted(SLURM_STATES).index(state))      # new to submitit's shared watcher
+    fake_slurm.write_text(f"{job_id}={state}\n")
+    assert Jobs(tmp_path / "jobs").phase("slurm", job_id).name == SLURM_STATES[state]
+
+
+def test_a_job_sacct_calls_over_whose_processes_still_end_is_running_until_squeue_forgets_it(tmp_path, fake_slurm):
+    from gcl.cluster.executors import Jobs
+    jobs = Jobs(tmp_path / "jobs")
+    fake_slurm.write_text("41000=CANCELLED_by_0 queue-41000=COMPLETING\n")
+    assert (jobs.phase("slurm", "41000").name, jobs.phase("slurm", "41000").state) == ("running", "COMPLETING")
+    fake_slurm.write_text("41000=CANCELLED_by_0\n")
+    assert (jobs.phase("slurm", "41000").name, jobs.phase("slurm", "41000").state) == ("over", "CANCELLED")
+
+
+# ------------------------------------------------------------------------------------------------- resources
+
+def sbatch_script(options, folder: Path, jobs: int = 1) -> str:
+    """The sbatch script submitit submits for `jobs` jobs (an array when more than one) under `options`."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    from gcl.cluster.executors import slurm_executor
+    executor = slurm_executor(folder, options)
+    parameters = {**executor.parameters, **({"map_count": jobs} if jobs > 1 else {})}
+    return _make_sbatch_string(command=executor._submitit_command_str, folder=executor.folder, **parameters)
+
+
+def every_option():
+    from gcl.cluster.cli import parser, plan_of
+    return plan_of(parser().parse_args([
+        "--scratch", "s", "--partition", "gpu", "--time", "720", "--gpus", "1", "--cpus", "8", "--mem-gb", "32",
+        "--max-parallel", "16", "--sbatch", "account=myproj", "--sbatch", "qos=high", "--setup", "module load cuda"])).job
+
+
+def test_every_option_renders_as_sbatch_takes_it(tmp_path, fake_slurm):
+    """What each option becomes in the script submitit submits: --mem-gb as whole megabytes (sbatch refuses
+    --mem=32.0GB), the array throttled to --max-parallel, Slurm's warning before the time limit."""
+    (fake_slurm.parent / "bin" / "srun").write_text("#!/bin/sh\n")
+    (fake_slurm.parent / "bin" / "srun").chmod(0o755)
+    script = sbatch_script(every_option(), tmp_path / "jobs", jobs=32)
+    flags = {line for line in script.splitlines() if line.startswith("#SBATCH")}
+    assert {"#SBATCH --partition=gpu", "#SBATCH --time=720", "#SBATCH --gpus-per-node=1", "#SBATCH --cpus-per-task=8",
+            "#SBATCH --mem=32768M", "#SBATCH --array=0-31%16", "#SBATCH --account=myproj", "#SBATCH --qos=high",
+            "#SBATCH --signal=USR2@90", "#SBATCH --job-name=gcl-cells"} <= flags, script
+    assert "\nmodule load cuda\n" in script
+    from gcl.cluster.cli import parser, plan_of
+    half = plan_of(parser().parse_args(["--scratch", "s", "--mem-gb", "0.5"])).job
+    assert "#SBATCH --mem=512M" in sbatch_script(half, tmp_path / "jobs"), "a fraction of a GB is whole megabytes"
+
+
+STAND_IN_GPUS = """
+import os, sys
+print("CUDA_VISIBLE_DEVICES=" + os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"), flush=True)
+"""
+
+
+@pytest.mark.parametrize("user, gpus, slots, seen", [
+    ("3,5", 1, 2, ["3", "5"]),              # the user's own GPUs, one to a slot
+    ("GPU-a,GPU-b,GPU-c,GPU-d", 2, 2, ["GPU-a,GPU-b", "GPU-c,GPU-d"]),
+    ("3,5", 0, 2, ["3,5", "3,5"]),          # --gpus 0: what the user sees, not CUDA_VISIBLE_DEVICES=""
+    (None, 0, 1, ["(unset)"]),
+])
+def test_local_jobs_share_out_the_gpus_the_user_sees(tmp_path, monkeypatch, user, gpus, slots, seen):
+    """Through submitit's local executor, as the driver submits: each slot's cells see its share of the user's
+    CUDA_VISIBLE_DEVICES; without --gpus they see what the user sees (a GPU machine never trains on the CPU
+    unasked)."""
+    from gcl.cluster.driver import Submitter
+    from gcl.cluster.executors import JobOptions, Jobs
+    from gcl.cluster.records import Submission
+    from gcl.cluster.workspace import Cell, Sharing
+    if user is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", user)
+    scratch = Scratch(tmp_path / "scratch")
+    submitter = Submitter(JobOptions("local", gpus=gpus, max_parallel=slots), scratch, Sharing("cache", {}),
+                          Submission(str(scratch.root), str(scratch.jobs)), Jobs(scratch.jobs), tmp_path)
+    (tmp_path / "show.py").write_text(STAND_IN_GPUS)
+    for slot in range(slots):
+        task = submitter.task(Cell(f"c{slot}", ()), slot)
+        assert task.gpus == gpus
+        task = CellTask(task.cell, task.clone, ((sys.executable, str(tmp_path / "show.py")),), task.record, task.log,
+                        task.environment)          # no GPU check: no GPU on a test machine (the next test's)
+        Path(task.clone).mkdir(parents=True)
+        executor = submitit.LocalExecutor(scratch.jobs)
+        executor.update_parameters(timeout_min=5)
+        job = executor.submit(CellJob([task]))
+        job.result()
+        assert f"CUDA_VISIBLE_DEVICES={seen[slot]}\n" in Path(task.log).read_text(), (slot, Path(task.log).read_text())
+
+
+def test_local_jobs_asking_for_more_gpus_than_the_user_sees_are_refused_in_one_line(tmp_path, monkeypatch):
+    from gcl.cluster.executors import JobOptions, slot_gpus
+    with pytest.raises(ClusterError, match=r"^--executor local --gpus 1 --max-parallel 4 needs 4 GPUs, and 2 are "
+                                           r"visible \(CUDA_VISIBLE_DEVICES='0,1'\)\. Fix: lower --max-parallel or --gpus$"):
+        slot_gpus(JobOptions("local", gpus=1, max_parallel=4), {"CUDA_VISIBLE_DEVICES": "0,1"})
+
+
+def test_a_cell_asking_for_a_gpu_that_would_train_on_the_cpu_stops_in_one_line(tmp_path):
+    """--gpus 1, and torch in the cell's environment sees no GPU (here: none visible): the cell fails before its
+    first command, in one line, instead of training on the CPU."""
+    task = stand_in_task(tmp_path, "gpu", 0)
+    task = CellTask(task.cell, task.clone, task.commands, task.record, task.log, {"CUDA_VISIBLE_DEVICES": ""}, 1)
+    cell = RunningCell(task, "7_1", "node")
+    cell.start()
+    wait_for(lambda: cell.poll() or cell.process is None)
+    assert cell.outcome == "failed" and not (Path(task.clone) / "start-1").exists()
+    assert cell.detail == ("its job asked for 1 GPU(s) (--gpus), but torch sees 0 CUDA devices with "
+                           "CUDA_VISIBLE_DEVICES='': it would train on the CPU. Fix: run it where a GPU is visible (a "
+                           "GPU partition, --setup 'module load cuda'), or without --gpus to train on the CPU"), cell.detail

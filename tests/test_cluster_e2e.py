@@ -165,6 +165,24 @@ def slurm(tmp_path_factory):
     cluster.stop()
 
 
+@pytest.mark.slurm
+def test_slurm_sbatch_accepts_the_script_every_option_renders(slurm, tmp_path, monkeypatch):
+    """The script submitit submits for the documented options (--mem-gb 32, a GPU, an array throttled to
+    --max-parallel, a setup line, any other sbatch option), as sbatch itself checks it (--test-only: the node
+    declares 64 GB and two GPUs)."""
+    from gcl.cluster.cli import parser, plan_of
+    from test_cluster import sbatch_script
+    options = plan_of(parser().parse_args([
+        "--scratch", "s", "--partition", "debug", "--time", "720", "--gpus", "1", "--cpus", "2", "--mem-gb", "32",
+        "--max-parallel", "2", "--sbatch", "comment=gcl", "--setup", "true"])).job
+    monkeypatch.setenv("PATH", slurm.env["PATH"])         # submitit looks for srun on the PATH
+    for jobs in (1, 4):
+        script = tmp_path / f"{jobs}.sh"
+        script.write_text(sbatch_script(options, tmp_path / "jobs", jobs))
+        done = slurm.run("sbatch", "--test-only", str(script), check=False)
+        assert done.returncode == 0 and "to start at" in done.stderr, (script.read_text(), done.stderr)
+
+
 @pytest.fixture(scope="module")
 def first_call(slurm, tmp_path_factory):
     """The first call, with the long cell preempted mid-cell and the failing cell's clone holding a folder where its

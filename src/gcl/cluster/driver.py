@@ -4,6 +4,7 @@ the report. Only this workspace writes its dvc.lock. One driver per workspace at
 a later one waits for those still queued or running instead of submitting their cells again."""
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gcl.cluster import ClusterError, clones, workspace
-from gcl.cluster.executors import JobOptions, Jobs, local_executor, slurm_executor
+from gcl.cluster.executors import JobOptions, Jobs, local_executor, slot_gpus, slurm_executor
 from gcl.cluster.job import CellJob, CellTask, dvc_command
 from gcl.cluster.records import DRIVER_LOCK, Scratch, Submission, SubmittedJob
 from gcl.cluster.watch import cell_views, summary_line
@@ -132,15 +133,21 @@ class Submitter:
         self.options, self.scratch, self.share, self.submission, self.jobs, self.root = \
             options, scratch, share, submission, jobs, root
         self.slots: dict[int, str] = {}        # local executor: slot -> the job using it (its GPUs)
+        # local executor: each slot's CUDA_VISIBLE_DEVICES (None: the user's own), refused here if the GPUs are too few
+        self.slot_gpus = slot_gpus(options, dict(os.environ)) if options.executor == "local" else []
 
-    def task(self, cell: Cell) -> CellTask:
+    def task(self, cell: Cell, slot: int | None = None) -> CellTask:
         if self.share.pull:
             commands = (dvc_command("repro", "--pull", "--single-item", cell.stage),
                         dvc_command("push", "--run-cache", cell.stage))
         else:
             commands = (dvc_command("checkout", "--quiet", *cell.deps), dvc_command("repro", "--single-item", cell.stage))
+        environment = {}            # Slurm sets CUDA_VISIBLE_DEVICES to the job's GPUs itself
+        if slot is not None:        # submitit's local job hid or renumbered them: the slot's share, or the user's own
+            gpus = self.slot_gpus[slot]
+            environment["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES") if gpus is None else gpus
         return CellTask(cell.name, str(self.scratch.clone(cell.name)), commands, str(self.scratch.record(cell.name)),
-                        str(self.scratch.log(cell.name)))
+                        str(self.scratch.log(cell.name)), environment, self.options.gpus)
 
     def submit_all(self, groups: list[list[Cell]]) -> None:
         """Slurm: every group at once, as one array throttled to --max-parallel."""
@@ -159,8 +166,7 @@ class Submitter:
         return [s for s in slots if s not in self.slots or self.jobs.phase("local", self.slots[s]).name == "over"]
 
     def submit_local(self, group: list[Cell], slot: int) -> None:
-        gpus = tuple(range(slot * self.options.gpus, (slot + 1) * self.options.gpus))
-        job = local_executor(self.scratch.jobs, self.options, gpus).submit(CellJob([self.task(c) for c in group]))
+        job = local_executor(self.scratch.jobs, self.options).submit(CellJob([self.task(c, slot) for c in group]))
         self.slots[slot] = self._record(job, group)
 
     def _record(self, job, group: list[Cell]) -> str:

@@ -23,7 +23,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import submitit
@@ -43,12 +43,16 @@ class CellsFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class CellTask:
-    """One cell as a job runs it: its clone, the commands to run there in order, its record and its log."""
+    """One cell as a job runs it: its clone, the commands to run there in order, its record and its log; what its
+    commands' environment changes (a value None removes the variable), and the GPUs its job asked for (a cell that
+    would see none stops before its first command, rather than train on the CPU)."""
     cell: str
     clone: str
     commands: tuple[tuple[str, ...], ...]
     record: str
     log: str
+    environment: dict[str, str | None] = field(default_factory=dict)
+    gpus: int = 0
 
 
 class CellJob(submitit.helpers.Checkpointable):
@@ -107,6 +111,9 @@ class RunningCell:
                       f"{time.strftime('%Y-%m-%d %H:%M:%S')}, in {self.task.clone}\n")
             if removed:
                 log.write(f"=== removed the DVC lock files an earlier DVC left in the clone: {', '.join(removed)}\n")
+        if self.task.gpus and (missing := missing_gpus(self.task.gpus, cell_environment(self.task))):
+            self._finish("failed", missing)
+            return
         self._launch()
 
     def _launch(self) -> None:
@@ -115,7 +122,7 @@ class RunningCell:
             log.write(f"$ {shlex.join(command)}\n")
             log.flush()
             # a session of its own: stop() reaches the command and every process it starts
-            self.process = subprocess.Popen(command, cwd=self.task.clone, env=cell_environment(self.task.clone),
+            self.process = subprocess.Popen(command, cwd=self.task.clone, env=cell_environment(self.task),
                                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                             start_new_session=True, preexec_fn=_ctrl_c_stops)
 
@@ -180,13 +187,35 @@ def remove_dvc_locks(clone: Path) -> list[str]:
     return removed
 
 
-def cell_environment(clone: str) -> dict[str, str]:
+def cell_environment(task: CellTask) -> dict[str, str]:
     """The commands' environment: the clone's own code first on the import path (the train stage must run the code
-    its settings were resolved for), and cold stages (a warm server per job would outlive nothing and save ~1 s)."""
+    its settings were resolved for), cold stages (a warm server per job would outlive nothing and save ~1 s), and
+    the task's own changes (its GPUs)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SUBMITIT_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(clone) / "src"), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(task.clone) / "src"), *filter(None, [env.get("PYTHONPATH")])])
     env["GCL_WARM"] = "0"
+    for name, value in task.environment.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     return env
+
+
+GPU_COUNT = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
+
+
+def missing_gpus(asked: int, env: dict[str, str]) -> str:
+    """Why a cell whose job asked for `asked` GPUs would train on the CPU (torch, in the cell's environment, sees
+    none), in one line; "" when it sees one."""
+    done = subprocess.run([sys.executable, "-c", GPU_COUNT], env=env, capture_output=True, text=True, timeout=600)
+    seen = done.stdout.strip()
+    if done.returncode == 0 and seen.isdigit() and int(seen) > 0:
+        return ""
+    why = f"torch sees {seen} CUDA devices" if done.returncode == 0 else f"torch could not be asked ({done.returncode})"
+    return (f"its job asked for {asked} GPU(s) (--gpus), but {why} with CUDA_VISIBLE_DEVICES="
+            f"{env.get('CUDA_VISIBLE_DEVICES', '(unset)')!r}: it would train on the CPU. Fix: run it where a GPU is "
+            "visible (a GPU partition, --setup 'module load cuda'), or without --gpus to train on the CPU")
 
 
 def dvc_command(*args: str) -> tuple[str, ...]:
