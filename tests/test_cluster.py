@@ -3,6 +3,7 @@ the clones, a job's stop and requeue (submitit's local executor, with stand-in c
 End to end, on Slurm and locally: tests/test_cluster_e2e.py."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -63,6 +64,74 @@ def test_a_scratch_folder_serves_one_workspace(tmp_path):
         scratch.claim(tmp_path / "b")
 
 
+def test_a_scratch_folder_is_made_private_and_one_others_could_write_is_refused(tmp_path):
+    """Made 0700 (its subfolders too), inside a sticky shared folder as in /tmp; refused where others could write
+    it, or write the folder it sits in without the sticky bit (they could replace it)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    scratch = Scratch(shared / "me" / "scratch")
+    scratch.prepare()
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in [scratch.root, *scratch.root.iterdir()]} == \
+        {name: "0o700" for name in ("scratch", "clones", "cells", "logs", "jobs")}
+    scratch.prepare()                               # again: the same folder passes
+    shared.chmod(0o777)
+    with pytest.raises(ClusterError, match=rf"^--scratch {scratch.root}: {shared} can be written by others without "
+                                           r"the sticky bit \(mode 777\), who could replace the scratch folder\. Fix: "):
+        scratch.prepare()
+    shared.chmod(0o1777)
+    scratch.root.chmod(0o777)
+    with pytest.raises(ClusterError, match=rf"^{scratch.root} can be written by others \(mode 777\): they could plant "
+                                           rf"links or job files there\. Fix: chmod 700 {scratch.root}$"):
+        scratch.prepare()
+
+
+def test_a_scratch_folder_another_user_owns_is_refused(tmp_path, monkeypatch):
+    scratch = Scratch(tmp_path / "scratch")
+    scratch.root.mkdir(mode=0o700)
+    if os.geteuid() == 0:
+        os.chown(scratch.root, 54321, -1)
+    else:                                           # not root: the folder is ours, so this process pretends to be
+        monkeypatch.setattr(os, "geteuid", lambda: 54321)         # another user
+    with pytest.raises(ClusterError, match=r"scratch\b.* belongs to .*uid \d+.*, not to you .*: a scratch folder must be "
+                                           r"your own\. Fix: use a folder of your own"):
+        scratch.claim(tmp_path / "ws")
+
+
+def test_a_link_planted_in_the_scratch_folder_is_refused_and_its_target_untouched(tmp_path):
+    """Another user's symbolic link at clones/<cell> (to a repository of the user's): the driver ran `git checkout
+    -f` and `git clean -f -d` in its target. Now the clone, a record, a log or the job folder that is a link is
+    refused, and the target keeps its tracked and untracked files."""
+    from gcl.cluster.clones import sync_clones, workspace_state
+    ws, victim = tmp_path / "ws", tmp_path / "victim"
+    for repo in (ws, victim):
+        repo.mkdir()
+        (repo / "tracked.txt").write_text(repo.name)
+        git(repo, "init", "-q")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", "one")
+    (victim / "tracked.txt").write_text("edited, not committed")
+    (victim / "untracked.txt").write_text("mine")
+    scratch = Scratch(tmp_path / "scratch")
+    scratch.prepare()
+    (scratch.root / "clones" / "cell").symlink_to(victim)
+    with pytest.raises(ClusterError, match=rf"^{scratch.root}/clones/cell is a symbolic link \(to {victim}\), where "
+                                           r"the scratch folder keeps its own files: it is not followed\. Fix: remove "):
+        sync_clones(workspace_state(ws), [scratch.clone("cell")], {})
+    assert (victim / "tracked.txt").read_text() == "edited, not committed"
+    assert (victim / "untracked.txt").read_text() == "mine"
+    (scratch.root / "cells" / "cell.json").symlink_to(victim / "untracked.txt")
+    (scratch.root / "logs").rename(scratch.root / "logs-moved")
+    (scratch.root / "logs").symlink_to(victim)
+    for where in (lambda: scratch.record("cell"), lambda: scratch.log("cell"), scratch.prepare):
+        with pytest.raises(ClusterError, match="is a symbolic link"):
+            where()
+    shutil.rmtree(scratch.root / "jobs")
+    (scratch.root / "jobs").symlink_to(victim)
+    with pytest.raises(ClusterError, match=rf"^{scratch.root}/jobs is a symbolic link"):
+        scratch.jobs
+
+
 def git(cwd, *args):
     subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=cwd, check=True,
                    capture_output=True)
@@ -83,6 +152,7 @@ def test_a_clone_is_the_workspace_as_it_is_and_keeps_what_git_ignores(tmp_path):
     (ws / "new.txt").write_text("3")
     (ws / "ignored.log").write_text("4")
     (ws / ".dvc" / "config.local").write_text("['remote \"store\"']\n    password = secret\n")
+    (ws / ".dvc" / "config.local").chmod(0o600)
     progress = clone / ".gcl-progress" / "cell" / "seed-0.ckpt"     # an earlier attempt's checkpoint
     progress.parent.mkdir(parents=True)
     progress.write_text("ckpt")
@@ -92,12 +162,38 @@ def test_a_clone_is_the_workspace_as_it_is_and_keeps_what_git_ignores(tmp_path):
     assert not (clone / "ignored.log").exists() and progress.read_text() == "ckpt"
     local = ConfigObj(str(clone / ".dvc" / "config.local"))      # the workspace's own, and what the jobs need
     assert local['remote "store"']["password"] == "secret" and local["cache"]["dir"] == "/shared/cache", local
+    assert oct((clone / ".dvc" / "config.local").stat().st_mode & 0o777) == "0o600", "the password, readable by others"
 
     git(ws, "add", "-A")
     git(ws, "commit", "-qm", "two")
     (ws / "new.txt").unlink()
     sync_clone(workspace_state(ws), clone, {})
     assert {p.name for p in clone.glob("*.txt")} == {"kept.txt", "edited.txt"} and progress.exists()
+
+
+def test_a_clone_gets_staged_unstaged_renamed_and_new_files(tmp_path):
+    """`git add params.yaml` hid the edit from the clone (its job trained the committed settings); a rename, a
+    staged new file and a staged deletion reach it too."""
+    from gcl.cluster.clones import sync_clone, workspace_state
+    ws, clone = tmp_path / "ws", tmp_path / "clone"
+    ws.mkdir()
+    for name in ("params.yaml", "old-name.txt", "unstaged.txt", "staged-gone.txt"):
+        (ws / name).write_text("committed")
+    git(ws, "init", "-q")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "one")
+    (ws / "params.yaml").write_text("staged")
+    (ws / "unstaged.txt").write_text("unstaged")
+    (ws / "staged-new.txt").write_text("new")
+    (ws / "untracked.txt").write_text("untracked")
+    git(ws, "add", "params.yaml", "staged-new.txt")
+    git(ws, "mv", "old-name.txt", "new-name.txt")
+    git(ws, "rm", "-q", "staged-gone.txt")
+    (ws / "new-name.txt").write_text("renamed, then edited")
+    sync_clone(workspace_state(ws), clone, {})
+    assert {p.name: p.read_text() for p in clone.glob("*.*") if p.is_file()} == {
+        "params.yaml": "staged", "unstaged.txt": "unstaged", "staged-new.txt": "new", "untracked.txt": "untracked",
+        "new-name.txt": "renamed, then edited"}
 
 
 # A stand-in for a cell's DVC command: each start leaves its pid in a file; the first start waits to be stopped,

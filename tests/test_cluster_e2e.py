@@ -166,6 +166,15 @@ def slurm(tmp_path_factory):
 
 
 @pytest.mark.slurm
+def test_slurm_the_test_clusters_database_takes_no_login_without_its_password(slurm):
+    """Any local user could log in to the accounting database as root, without a password, over TCP."""
+    for user in ("root", "slurm", "someone"):
+        done = subprocess.run(["mariadb", "--no-defaults", "--protocol=tcp", "-h", "127.0.0.1", "-P", str(slurm.db_port),
+                               "-u", user, "-e", "SELECT 1"], capture_output=True, text=True, timeout=60, env=slurm.env)
+        assert done.returncode != 0 and "Access denied" in done.stderr, (user, done.stdout, done.stderr)
+
+
+@pytest.mark.slurm
 def test_slurm_sbatch_accepts_the_script_every_option_renders(slurm, tmp_path, monkeypatch):
     """The script submitit submits for the documented options (--mem-gb 32, a GPU, an array throttled to
     --max-parallel, a setup line, any other sbatch option), as sbatch itself checks it (--test-only: the node

@@ -14,7 +14,7 @@ from pathlib import Path
 from configobj import ConfigObj
 
 from gcl.cluster import ClusterError
-from gcl.core.atomic import write_text
+from gcl.core.atomic import atomic_path
 
 LOCAL_CONFIG = Path(".dvc") / "config.local"     # DVC's settings for one clone alone (git ignores it)
 
@@ -28,9 +28,12 @@ class WorkspaceState:
 
 
 def workspace_state(root: Path) -> WorkspaceState:
+    """The workspace against its last commit: every path that differs, staged or not (a rename as the old path,
+    gone, and the new one), and the new files git does not ignore."""
     head = git(root, "rev-parse", "--verify", "HEAD", fix="commit the workspace once (`git commit`)").strip()
-    listed = git(root, "ls-files", "-z", "--modified", "--others", "--exclude-standard")
-    return WorkspaceState(root, head, tuple(sorted({p for p in listed.split("\0") if p})))
+    differ = git(root, "diff", "HEAD", "--name-only", "--no-renames", "-z", "--")
+    new = git(root, "ls-files", "-z", "--others", "--exclude-standard")
+    return WorkspaceState(root, head, tuple(sorted({p for p in (differ + new).split("\0") if p})))
 
 
 def sync_clones(state: WorkspaceState, clones: list[Path], dvc_settings: dict[str, dict[str, str]],
@@ -66,12 +69,15 @@ def sync_clone(state: WorkspaceState, clone: Path, dvc_settings: dict[str, dict[
 
 
 def write_local_config(workspace_config: Path, clone_config: Path, settings: dict[str, dict[str, str]]) -> None:
-    """The clone's .dvc/config.local: the workspace's (a remote's credentials, say) with `settings` over it."""
+    """The clone's .dvc/config.local, mode 0600: the workspace's (a remote's credentials, say) with `settings` over
+    it."""
     config = ConfigObj(str(workspace_config) if workspace_config.exists() else None)
     for section, options in settings.items():
         config.setdefault(section, {}).update(options)
     config.filename = None           # write() then returns the lines, written here whole or not at all
-    write_text(clone_config, "\n".join(config.write()) + "\n")
+    with atomic_path(clone_config) as tmp:
+        tmp.chmod(0o600)             # a remote's password: the clone's copy is the user's alone, before it is written
+        tmp.write_text("\n".join(config.write()) + "\n")
 
 
 def git(cwd: Path, *args: str, check: bool = True, fix: str = "") -> str:
