@@ -234,7 +234,8 @@ def _write_configs(folder: Path, host: str, cpus: int, ctld_port: int, slurmd_po
         f"AccountingStorageHost=127.0.0.1\nAccountingStoragePort={dbd_port}\n"
         f"AccountingStoragePass={munge_socket}\n"   # the munge socket of slurmctld's and the tools' slurmdbd connections
         "SchedulerType=sched/backfill\nSchedulerParameters=sched_interval=2,bf_interval=2\nSelectType=select/cons_tres\nSelectTypeParameters=CR_CPU\n"
-        "SlurmdParameters=config_overrides\nReturnToService=2\nKillWait=2\nMinJobAge=5\nInactiveLimit=0\n"
+        # KillWait: SIGTERM to SIGKILL, time for a job to stop its train stage with SIGINT (30 s by default)
+        "SlurmdParameters=config_overrides\nReturnToService=2\nKillWait=10\nMinJobAge=5\nInactiveLimit=0\n"
         "SlurmctldTimeout=30\nSlurmdTimeout=30\nMessageTimeout=20\nJobRequeue=1\n"
         "GresTypes=gpu\n"
         # what the node declares, whatever the machine has (config_overrides): room for a job's --mem-gb 32 and

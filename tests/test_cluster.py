@@ -263,6 +263,57 @@ def test_a_job_told_to_stop_stops_its_cells_is_requeued_and_starts_them_again(tm
     assert "stand-in, start 2: exit 3" in last_lines(fails.log)
 
 
+STAND_IN_SIGNALS = """
+import os, sys, time
+from pathlib import Path
+folder = Path(sys.argv[1])
+(folder / "pid").write_text(str(os.getpid()))
+try:
+    time.sleep(600)
+except KeyboardInterrupt:
+    (folder / "stopped-by").write_text("SIGINT")
+    sys.exit(130)
+"""
+
+
+def test_slurms_sigterm_and_sigusr2_to_every_process_reach_the_stage_as_sigint(tmp_path):
+    """Slurm signals every process of a job's step: a cell's command (the train stage) got SIGTERM and died at
+    once, or SIGUSR2, whose default ends a process. Now the command ignores both, and the job stops it with SIGINT
+    (the train stage's graceful stop) when it gets SIGTERM itself; the attempt says why."""
+    from gcl.cluster.job import STOPPED_BY_SIGTERM
+    folder = tmp_path / "cell"
+    folder.mkdir()
+    (tmp_path / "signals.py").write_text(STAND_IN_SIGNALS)
+    task = CellTask("cell", str(folder), ((sys.executable, str(tmp_path / "signals.py"), str(folder)),),
+                    str(tmp_path / "cells" / "cell.json"), str(tmp_path / "logs" / "cell.log"))
+    executor = submitit.LocalExecutor(tmp_path / "jobs")
+    executor.update_parameters(timeout_min=60)
+    job = executor.submit(CellJob([task]))
+    try:
+        wait_for(lambda: (folder / "pid").exists())
+        stage, job_process = int((folder / "pid").read_text()), child_of(int(job.job_id))
+        assert read_attempts(Path(task.record))[-1].group == stage      # its process group, for the driver
+        for sig in (signal.SIGUSR2, signal.SIGTERM):       # what Slurm sends the whole step
+            os.kill(stage, sig)
+        time.sleep(1)
+        assert Path(f"/proc/{stage}").exists() and not (folder / "stopped-by").exists()
+        os.kill(job_process, signal.SIGTERM)
+        wait_for(lambda: [a.outcome for a in read_attempts(Path(task.record))] == ["stopped"])
+        assert (folder / "stopped-by").read_text() == "SIGINT"
+        assert read_attempts(Path(task.record))[-1].detail == STOPPED_BY_SIGTERM
+    finally:
+        for pid in (int(job.job_id), child_of(int(job.job_id))):     # the job waits to be requeued: end it
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_lost_attempt_is_charged_to_its_last_heartbeat_not_to_now():
+    """A cell that ran 10 minutes, its job lost without a word: a week later it was charged 168 hours."""
+    lost = Attempt(job="7_1", host="node", started=0.0, seen=600.0)
+    week = 7 * 24 * 3600.0
+    assert lost.hours(week) <= (600.0 + 3 * 60.0) / 3600
+    assert Attempt(job="7_1", host="node", started=0.0, seen=600.0).hours(630.0) == pytest.approx(630.0 / 3600)
+
+
 def dvc_project(folder: Path) -> Path:
     """A one-stage DVC project, its stage never run."""
     folder.mkdir()
@@ -523,3 +574,37 @@ def test_a_cell_asking_for_a_gpu_that_would_train_on_the_cpu_stops_in_one_line(t
     assert cell.detail == ("its job asked for 1 GPU(s) (--gpus), but torch sees 0 CUDA devices with "
                            "CUDA_VISIBLE_DEVICES='': it would train on the CPU. Fix: run it where a GPU is visible (a "
                            "GPU partition, --setup 'module load cuda'), or without --gpus to train on the CPU"), cell.detail
+
+
+class StubJobs:
+    """Jobs that run until cancelled (then over), as Slurm's would: what the driver asks, and cancels."""
+
+    def __init__(self):
+        self.cancelled = []
+
+    def phase(self, executor, job_id):
+        from gcl.cluster.executors import Phase
+        over = job_id in self.cancelled
+        return Phase("over" if over else "running", "CANCELLED" if over else "RUNNING", Path("log"))
+
+    def cancel(self, executor, job_id):
+        self.cancelled.append(job_id)
+
+
+def test_a_job_whose_cells_settings_changed_since_is_cancelled_and_its_cells_submitted_again(tmp_path):
+    """A cell's settings changed after its job was submitted (another run-cache key): the driver waited for the
+    obsolete job, then the gather failed. Now that job is cancelled and its cells are not waited for (submitted
+    again), and a line says so; a job whose cells are as submitted is still waited for."""
+    from gcl.cluster.driver import earlier_jobs
+    from gcl.cluster.records import Submission, SubmittedJob
+    from gcl.cluster.workspace import Cell
+    scratch = Scratch(tmp_path / "scratch")
+    scratch.prepare()
+    Submission(str(scratch.root), str(scratch.jobs), {
+        "5_0": SubmittedJob("slurm", ["a"], 1, submitted=1.0, keys={"a": "key-a"}),
+        "5_1": SubmittedJob("slurm", ["b"], 1, submitted=1.0, keys={"b": "key-b"})}).save(tmp_path)
+    jobs, said = StubJobs(), []
+    submission, attached = earlier_jobs(tmp_path, scratch, jobs, [Cell("a", (), "key-a"), Cell("b", (), "key-b2")],
+                                        said.append)
+    assert jobs.cancelled == ["5_1"] and attached == {"a"}
+    assert said == ["cancelled train@b (job 5_1): its settings changed since it was submitted; submitted again"]

@@ -2,8 +2,8 @@
 the same profile: on a real Slurm (a private one-node cluster, tests/slurm_cluster.py) and with the local executor.
 
 On Slurm, the first call (two cells sharing a job, the long one alone) meets a preemption and a failure: the long
-cell's job is preempted mid-cell (sent SIGTERM and SIGUSR2, as Slurm and submitit's own tests do, while its train stage
-is frozen so that it cannot finish first) and resumes from its checkpoint; another cell fails (a folder stands where
+cell's job is preempted mid-cell (`scontrol requeue`, Slurm's own, while its train stage is frozen so that it cannot
+finish first) and resumes from its checkpoint; another cell fails (a folder stands where
 its run's lock file belongs, in its clone) and is named with its log while the others go on. A second call, detached,
 submits only that cell; a third finds its job still queued, waits for it instead of submitting the cell again, and
 gathers. Under CI=true a Slurm test that cannot start its cluster fails, never skips."""
@@ -149,6 +149,47 @@ def test_the_local_executor_trains_cells_side_by_side_and_reports_what_serial_re
     assert_same_results(project, serial)
 
 
+@pytest.mark.e2e
+def test_ctrl_c_on_a_local_driver_leaves_no_command_of_its_cells_running(tmp_path):
+    """Ctrl-C (SIGINT to the driver's whole process group, as a terminal sends it) while cells train: each cell's
+    `dvc repro`, in a process session of its own, ran on as an orphan, its record saying it still ran. Now the
+    driver ends them, says so, and writes each attempt down as stopped."""
+    project, scratch = make_project(tmp_path / "ws"), tmp_path / "scratch"
+    process = subprocess.Popen([sys.executable, "-m", "gcl.cluster", "--scratch", str(scratch), "--poll", "0.5",
+                                "--executor", "local", "--max-parallel", "2"], cwd=project, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                               env={**os.environ, "PYTHONPATH": str(project / "src")})
+    try:
+        wait_for("a train stage at work in a clone", lambda: any(
+            b"stages/train.py" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in dvc_in(scratch / "clones")),
+            process)
+        os.killpg(process.pid, signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 130, out + err
+        assert "stopped: the local jobs were stopped with their cells' commands" in err, err
+        wait_for("the cells' commands to end", lambda: not dvc_in(scratch / "clones"), deadline_s=30)
+        tries = {cell: attempts(scratch, cell) for cell in CELLS if (scratch / "cells" / f"{cell}.json").exists()}
+        assert tries and all(a[-1]["outcome"] in ("stopped", "done") for a in tries.values()), tries
+        assert any(a[-1]["outcome"] == "stopped" for a in tries.values()), tries
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        end_processes_naming(project, scratch)
+
+
+def dvc_in(folder: Path) -> list[int]:
+    """The processes whose working folder is inside `folder` (a cell's DVC and its stage, in their clone)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and folder.resolve() in (proc / "cwd").resolve().parents:
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
 # ------------------------------------------------------------------------------------------------- Slurm
 
 @pytest.fixture(scope="session")
@@ -205,13 +246,12 @@ def first_call(slurm, tmp_path_factory):
     with driving(project, scratch, "--cpus", "1", "--cells-per-job", "2", env=slurm.env) as process:
         wait_for("checkpoint of the long cell", lambda: record.exists() and any(progress.glob("*.ckpt")), process)
         job = next(k for k, v in json.loads(record.read_text())["jobs"].items() if LONG in v["cells"])
-        # the stage frozen first, so that it cannot finish the cell before the signals reach it; they wait for SIGCONT
+        # the stage frozen first, so that it cannot finish the cell before Slurm acts (Slurm's SIGCONT wakes it)
         stage = stage_processes(scratch / "clones" / LONG)
         for pid in stage:
             os.kill(pid, signal.SIGSTOP)
         try:
-            for sig in ("TERM", "USR2"):           # what Slurm sends a job it preempts, as submitit's own tests send it
-                slurm.run("scancel", f"--signal={sig}", job)
+            slurm.run("scontrol", "requeue", job)   # Slurm's own preemption: SIGTERM to every process, SIGKILL later
         finally:
             for pid in stage:
                 os.kill(pid, signal.SIGCONT)
@@ -237,9 +277,13 @@ def test_slurm_a_failed_cell_is_one_line_with_its_log_and_the_other_cells_go_on(
 
 @pytest.mark.slurm
 def test_slurm_a_preempted_job_is_requeued_and_resumes_its_cell_from_its_checkpoint(first_call):
+    """`scontrol requeue`, as Slurm preempts: SIGTERM to every process of the job, whose train stage died of it at
+    once. Now the stage is stopped by the job with SIGINT (its graceful stop), and the requeued job resumes it."""
+    from gcl.cluster.job import STOPPED_BY_SIGTERM
     project, scratch, code, out, err = first_call
     tries = attempts(scratch, LONG)
     assert [a["outcome"] for a in tries] == ["stopped", "done"] and tries[0]["job"] == tries[1]["job"], tries
+    assert tries[0]["detail"] == STOPPED_BY_SIGTERM, tries
     assert f"requeued  train@{LONG}" in out and f"running   train@{LONG} (job {tries[0]['job']} on" in out, out
     log = (project / "runs/mnist-360/er/200/train.log").read_text()
     assert f"resumed from .gcl-progress/{LONG}/seed-0.ckpt at step" in log, log

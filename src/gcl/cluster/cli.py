@@ -76,9 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         if not (root / "dvc.yaml").exists():
             raise ClusterError(f"{root} has no dvc.yaml: run the command in the workspace")
         return status(root) if args.status else drive(root, plan_of(args), say=_say)
-    except KeyboardInterrupt:
-        print("stopped: Slurm jobs already submitted run on (`python -m gcl.cluster --status`); the same command run "
-              "again waits for them and gathers", file=sys.stderr)
+    except KeyboardInterrupt as stopped:       # the driver's own line (DriverStopped), or Ctrl-C before any job
+        print(getattr(stopped, "line", "stopped before any job was submitted"), file=sys.stderr)
         return 130
     except Exception as exc:
         line = error_line(exc)

@@ -4,6 +4,7 @@ see jobs an earlier driver submitted."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +131,14 @@ class Jobs:
         self._mine: set[str] = set()
         self._gone: dict[str, Phase] = {}     # Slurm jobs over and forgotten by squeue: they stay so
 
+    @property
+    def mine(self) -> set[str]:
+        """The jobs this process submitted."""
+        return set(self._mine)
+
+    def handle(self, job_id: str) -> SlurmJob | LocalJob:
+        return self._handles[job_id]
+
     def add(self, job: SlurmJob | LocalJob) -> str:
         """A job this process submitted; returns its id."""
         self._handles[job.job_id] = job
@@ -157,6 +166,15 @@ class Jobs:
         else:       # by an earlier driver: its controller (whose pid is the job id) is alive, or not
             running = _alive(int(job_id)) and not job.paths.result_pickle.exists()
         return Phase("running" if running else "over", "RUNNING" if running else "FINISHED", job.paths.stdout)
+
+    def cancel(self, executor: str, job_id: str) -> None:
+        """Cancel a job through submitit (scancel; a local job's controller gets SIGINT, as submitit stops it)."""
+        self.phase(executor, job_id)                  # a handle on it
+        job = self._handles[job_id]
+        if isinstance(job, SlurmJob) or job_id in self._mine:
+            job.cancel(check=False)
+        elif _alive(int(job_id)):                     # an earlier driver's local job: its controller, by its pid
+            os.kill(int(job_id), signal.SIGINT)
 
     @staticmethod
     def squeue_state(job_id: str) -> str | None:

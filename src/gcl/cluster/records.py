@@ -29,6 +29,8 @@ from gcl.cluster import ClusterError
 from gcl.core.atomic import write_json, write_text
 from gcl.core.progress_files import PROGRESS_DIR
 
+HEARTBEAT_S = 60.0            # how often a running cell's record says it is alive
+LOST_AFTER_S = 3 * HEARTBEAT_S      # silence after which an attempt that never ended counts as lost
 SUBMISSION = PROGRESS_DIR / "cluster.json"
 DRIVER_LOCK = PROGRESS_DIR / "cluster.lock"
 
@@ -43,9 +45,13 @@ class Attempt:
     ended: float | None = None
     outcome: str | None = None           # None while it runs; "done", "failed" or "stopped" (preempted, timed out)
     detail: str = ""                     # why it failed or stopped
+    group: int | None = None             # the process group of its current command (on its host)
 
     def hours(self, now: float) -> float:
-        return ((self.ended or (now if self.outcome is None else self.seen)) - self.started) / 3600
+        """Its hours so far: to its end, or to now while it beats; a lost attempt (its job killed, or its node) to
+        its last heartbeat, LOST_AFTER_S late at most, however long ago that was."""
+        end = self.ended or (min(now, self.seen + LOST_AFTER_S) if self.outcome is None else self.seen)
+        return (end - self.started) / 3600
 
 
 @dataclass(frozen=True)
@@ -161,6 +167,7 @@ class SubmittedJob:
     cells: list[str]
     gpus: int                           # the GPUs it asked for, shared by its cells
     submitted: float = field(default_factory=time.time)
+    keys: dict[str, str] = field(default_factory=dict)      # cell -> its run-cache key then (gcl.cluster.workspace.Cell)
 
 
 @dataclass
