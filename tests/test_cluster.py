@@ -608,3 +608,29 @@ def test_a_job_whose_cells_settings_changed_since_is_cancelled_and_its_cells_sub
                                         said.append)
     assert jobs.cancelled == ["5_1"] and attached == {"a"}
     assert said == ["cancelled train@b (job 5_1): its settings changed since it was submitted; submitted again"]
+
+
+def test_clean_removes_the_clones_no_job_uses_and_keeps_the_others(tmp_path):
+    """Clones were never removed: a clone per cell of the paper grid, each with its data. `--clean` removes those
+    whose job is over (and says which it kept), the clones' shared DVC cache once no job runs."""
+    from gcl.cluster.driver import clean
+    from gcl.cluster.records import Submission, SubmittedJob
+    scratch = Scratch(tmp_path / "scratch")
+    scratch.prepare()
+    for cell in ("a", "b", "c"):
+        (scratch.clone(cell) / "data").mkdir(parents=True)
+        (scratch.clone(cell) / "data" / "big.pt").write_bytes(b"0" * 1000)
+    (scratch.cache / "files").mkdir()
+    Submission(str(scratch.root), str(scratch.jobs), {
+        "5_0": SubmittedJob("slurm", ["a"], 1, submitted=1.0), "5_1": SubmittedJob("slurm", ["b"], 1, submitted=1.0)}
+               ).save(tmp_path)
+    jobs, said = StubJobs(), []
+    jobs.cancelled.append("5_0")                  # over; 5_1 still runs; c has no job
+    assert clean(tmp_path, None, said.append, jobs) == 0
+    assert scratch.clones() == ["b"] and (scratch.cache / "files").exists()
+    assert said == [f"removed the clones of 2 cells in DVC's run cache ({scratch.root / 'clones'}): a, c",
+                    "kept the clones that jobs still use: b"]
+    jobs.cancelled.append("5_1")
+    said.clear()
+    clean(tmp_path, None, said.append, jobs)
+    assert scratch.clones() == [] and not any(scratch.cache.iterdir()), said

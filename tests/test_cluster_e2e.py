@@ -147,6 +147,8 @@ def test_the_local_executor_trains_cells_side_by_side_and_reports_what_serial_re
     spans = sorted((a[0]["started"], a[0]["ended"]) for a in runs.values())
     assert spans[1][0] < spans[0][1], spans        # the first two cells trained at the same time
     assert_same_results(project, serial)
+    # the clones go once their cells are in the run cache; they shared one DVC cache (the workspace's)
+    assert not any((scratch / "clones").iterdir()) and "removed the clones of 3 cells in DVC's run cache" in out, out
 
 
 @pytest.mark.e2e
@@ -271,6 +273,7 @@ def test_slurm_a_failed_cell_is_one_line_with_its_log_and_the_other_cells_go_on(
     assert f"cannot use .gcl-progress/{FAILING}.lock: Is a directory" in failed[0], failed
     assert "cells: 2 done, 0 running, 0 pending, 1 failed (of 3)" in out, out
     assert "Run the command again: it submits only the cells still missing" in out, out
+    assert sorted(p.name for p in (scratch / "clones").iterdir()) == [FAILING], "the done cells' clones go"
     for cell in CELLS - {FAILING}:           # the others trained, and are restored here
         assert (project / "runs/mnist-360" / cell.split("-")[2] / cell.split("-")[3] / "metrics.json").exists(), cell
 
@@ -344,6 +347,7 @@ def test_slurm_a_later_call_waits_for_the_earlier_job_then_gathers_what_serial_r
     assert "gathered: every cell restored from DVC's run cache; ran report" in out, out
     assert_same_results(project, serial)
     assert "cells: 3 done, 0 running, 0 pending, 0 failed (of 3)" in status, status
+    assert not any((scratch / "clones").iterdir()), "the clones go once their cells are in the run cache"
 
 
 @pytest.mark.slurm

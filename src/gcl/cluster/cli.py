@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from gcl.cluster import ClusterError
-from gcl.cluster.driver import Plan, drive, status
+from gcl.cluster.driver import Plan, clean, drive, status
 from gcl.cluster.executors import JobOptions
 from gcl.core.errors import error_line
 
@@ -23,6 +23,8 @@ def parser() -> argparse.ArgumentParser:
         description="Train the train@ cells a `dvc repro` would run as jobs (Slurm, or local processes), each in a "
                     "clone of its own, then gather them through DVC's run cache and write the report.")
     p.add_argument("--status", action="store_true", help="where the cells of the jobs submitted earlier stand")
+    p.add_argument("--clean", action="store_true", help="remove the clones no job uses (and, when no job runs, the "
+                   "DVC cache they share) from the scratch folder, then exit")
     p.add_argument("--scratch", type=Path, help="a folder the jobs reach (shared storage, for Slurm): one clone per "
                    "cell, their records and logs, submitit's files")
     p.add_argument("--executor", choices=("slurm", "local"), default="slurm")
@@ -75,7 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not (root / "dvc.yaml").exists():
             raise ClusterError(f"{root} has no dvc.yaml: run the command in the workspace")
-        return status(root) if args.status else drive(root, plan_of(args), say=_say)
+        if args.status:
+            return status(root)
+        if args.clean:
+            return clean(root, args.scratch, say=_say)
+        return drive(root, plan_of(args), say=_say)
     except KeyboardInterrupt as stopped:       # the driver's own line (DriverStopped), or Ctrl-C before any job
         print(getattr(stopped, "line", "stopped before any job was submitted"), file=sys.stderr)
         return 130

@@ -5,6 +5,7 @@ a later one waits for those still queued or running instead of submitting their 
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -49,6 +50,8 @@ def drive(root: Path, plan: Plan, say: Callable[[str], None] = print) -> int:
             say(f"in the run cache: train@{cell} (restored, not submitted)")
         jobs = Jobs(scratch.jobs)
         submission, attached = earlier_jobs(root, scratch, jobs, todo, say)
+        remove_idle_clones(scratch, submission, jobs, restored, say)
+        settings = clones.clone_settings(share.clone_settings, scratch.cache)
         for cell in sorted(attached):
             say(f"still queued or running from an earlier call: train@{cell} (job {submission.job_of()[cell]})")
         queue = [cell for cell in todo if cell.name not in attached]
@@ -57,8 +60,7 @@ def drive(root: Path, plan: Plan, say: Callable[[str], None] = print) -> int:
             refuse_live_commands(scratch, queue)
             if share.pull:
                 workspace.push_inputs(root, queue)
-            clones.sync_clones(clones.workspace_state(root), [scratch.clone(c.name) for c in queue],
-                               share.clone_settings)
+            clones.sync_clones(clones.workspace_state(root), [scratch.clone(c.name) for c in queue], settings)
         if not groups and not attached:
             say("every cell is in the run cache")
         else:
@@ -67,13 +69,58 @@ def drive(root: Path, plan: Plan, say: Callable[[str], None] = print) -> int:
             if not watch(submitter, groups, cells, attached, plan, say):
                 return 0                 # detached: the jobs run on
             if any(v.status == "failed" for v in cell_views(submission, jobs, scratch, cells)):
-                workspace.restore_or_list(root, share)      # the cells that are done, into this workspace
+                done, _ = workspace.restore_or_list(root, share)      # the cells that are done, into this workspace
+                remove_idle_clones(scratch, submission, jobs, done, say)
                 say("the cells above failed; the others are restored here. Run the command again: it submits only "
                     "the cells still missing, each resuming from the progress files in its clone")
                 return 1
         ran = workspace.gather(root, share)
         say(f"gathered: every cell restored from DVC's run cache; ran {', '.join(ran) if ran else 'nothing'}")
+        remove_idle_clones(scratch, submission, jobs, [c.name for c in todo], say)
         return 0
+
+
+def remove_idle_clones(scratch: Scratch, submission: Submission, jobs: Jobs, cells: list[str],
+                       say: Callable[[str], None]) -> list[str]:
+    """Remove the clones of `cells` (in DVC's run cache) that no job may still use: their latest job is over (or
+    they have none) and no command of theirs runs in them. Returns the cells whose clone was removed."""
+    latest = submission.job_of()
+    idle = []
+    for cell in cells:
+        job = latest.get(cell)
+        if job is not None and jobs.phase(submission.jobs[job].executor, job).name != "over":
+            continue
+        attempts = read_attempts(scratch.record(cell))
+        if not commands_left(attempts[-1] if attempts else None, scratch.clone(cell)):
+            idle.append(cell)
+    removed = [clone.name for clone in clones.remove_clones([scratch.clone(cell) for cell in idle])]
+    if removed:
+        say(f"removed the clones of {len(removed)} cells in DVC's run cache ({scratch.root / 'clones'}): "
+            f"{', '.join(removed)}")
+    return removed
+
+
+def clean(root: Path, scratch_path: Path | None, say: Callable[[str], None] = print, jobs: Jobs | None = None) -> int:
+    """`--clean`: remove every clone no job uses (their cells' progress files go with them: a cell not yet in the
+    run cache then starts over), and the scratch folder's DVC cache when no job runs at all."""
+    submission = Submission.load(root)
+    if scratch_path is None and submission is None:
+        raise ClusterError("--clean: name the --scratch folder (no jobs were submitted from this workspace)")
+    scratch = Scratch((scratch_path or Path(submission.scratch)).resolve())
+    scratch.prepare()
+    submission = submission or Submission(str(scratch.root), str(scratch.jobs))
+    jobs = jobs or Jobs(Path(submission.folder))
+    removed = remove_idle_clones(scratch, submission, jobs, scratch.clones(), say)
+    busy = sorted(set(scratch.clones()) - set(removed))
+    if busy:
+        say(f"kept the clones that jobs still use: {', '.join(busy)}")
+    elif any(scratch.cache.iterdir()):
+        shutil.rmtree(scratch.cache)
+        scratch.cache.mkdir(mode=0o700)
+        say(f"removed the DVC cache the clones shared ({scratch.cache})")
+    if not removed and not busy:
+        say(f"no clones in {scratch.root / 'clones'}")
+    return 0
 
 
 def status(root: Path, say: Callable[[str], None] = print) -> int:

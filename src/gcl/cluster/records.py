@@ -12,6 +12,7 @@ symbolic link where a clone, a record, a log or a job folder belongs: it is neve
     <scratch>/cells/<cell>.json  its attempts: job, host, start, last sign of life, end, outcome
     <scratch>/logs/<cell>.log    the output of its DVC commands, every attempt appended
     <scratch>/jobs/              submitit's folder: each job's pickles and its own log
+    <scratch>/dvc-cache/         the DVC cache every clone shares (unless they share the workspace's own)
     <scratch>/workspace          the workspace this scratch folder serves (one each)
     .gcl-progress/cluster.json   in the workspace: the jobs submitted from it (read by `--status`)
 """
@@ -73,6 +74,14 @@ class Scratch:
     def jobs(self) -> Path:
         return self._inside("jobs")
 
+    @property
+    def cache(self) -> Path:
+        return self._inside("dvc-cache")
+
+    def clones(self) -> list[str]:
+        """The cells that have a clone."""
+        return sorted(p.name for p in self._inside("clones").iterdir())
+
     def _inside(self, *parts: str) -> Path:
         path = self.root
         for part in parts:
@@ -91,7 +100,7 @@ class Scratch:
         except FileExistsError:
             pass
         check_own(self.root)
-        for sub in ("clones", "cells", "logs", "jobs"):
+        for sub in ("clones", "cells", "logs", "jobs", "dvc-cache"):
             path = self._inside(sub)
             path.mkdir(mode=0o700, exist_ok=True)
             check_own(path)
