@@ -73,7 +73,7 @@ def test_a_scratch_folder_is_made_private_and_one_others_could_write_is_refused(
     scratch = Scratch(shared / "me" / "scratch")
     scratch.prepare()
     assert {p.name: oct(p.stat().st_mode & 0o777) for p in [scratch.root, *scratch.root.iterdir()]} == \
-        {name: "0o700" for name in ("scratch", "clones", "cells", "logs", "jobs")}
+        {name: "0o700" for name in ("scratch", "clones", "cells", "logs", "jobs", "dvc-cache")}
     scratch.prepare()                               # again: the same folder passes
     shared.chmod(0o777)
     with pytest.raises(ClusterError, match=rf"^--scratch {scratch.root}: {shared} can be written by others without "
@@ -582,7 +582,7 @@ class StubJobs:
     def __init__(self):
         self.cancelled = []
 
-    def phase(self, executor, job_id):
+    def phase(self, executor, job_id, fresh=False):
         from gcl.cluster.executors import Phase
         over = job_id in self.cancelled
         return Phase("over" if over else "running", "CANCELLED" if over else "RUNNING", Path("log"))

@@ -162,9 +162,7 @@ def test_ctrl_c_on_a_local_driver_leaves_no_command_of_its_cells_running(tmp_pat
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                                env={**os.environ, "PYTHONPATH": str(project / "src")})
     try:
-        wait_for("a train stage at work in a clone", lambda: any(
-            b"stages/train.py" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in dvc_in(scratch / "clones")),
-            process)
+        wait_for("a cell's DVC at work in its clone", lambda: dvc_in(scratch / "clones"), process)
         os.killpg(process.pid, signal.SIGINT)
         out, err = process.communicate(timeout=120)
         assert process.returncode == 130, out + err
@@ -233,6 +231,48 @@ def test_slurm_sbatch_accepts_the_script_every_option_renders(slurm, tmp_path, m
         script.write_text(sbatch_script(options, tmp_path / "jobs", jobs))
         done = slurm.run("sbatch", "--test-only", str(script), check=False)
         assert done.returncode == 0 and "to start at" in done.stderr, (script.read_text(), done.stderr)
+
+
+# A stand-in for a cell's command: its first start waits to be stopped and says by what; a later one ends at once.
+STAND_IN_TIME_LIMIT = """
+import sys, time
+from pathlib import Path
+folder = Path(sys.argv[1])
+if (folder / "stopped-by").exists():
+    sys.exit(0)
+try:
+    time.sleep(600)
+except KeyboardInterrupt:
+    (folder / "stopped-by").write_text("SIGINT")
+    sys.exit(130)
+"""
+
+
+@pytest.mark.slurm
+def test_slurm_a_job_reaching_its_time_limit_stops_its_cell_with_sigint_and_resumes_it(slurm, tmp_path, monkeypatch):
+    """Slurm's own warning before the time limit (--time 1: the SIGUSR2 that submitit asks for 90 s ahead, sent to
+    every process of the step): the cell's command died of SIGUSR2 at once. Now the job stops it with SIGINT, is
+    requeued, and the next attempt finishes the cell."""
+    from gcl.cluster.executors import JobOptions, slurm_executor
+    from gcl.cluster.job import CellJob, CellTask
+    from gcl.cluster.records import read_attempts
+    for name in ("PATH", "SLURM_CONF"):
+        monkeypatch.setenv(name, slurm.env[name])
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "src"))
+    folder = tmp_path / "cell"
+    folder.mkdir()
+    (tmp_path / "stand_in.py").write_text(STAND_IN_TIME_LIMIT)
+    task = CellTask("cell", str(folder), ((sys.executable, str(tmp_path / "stand_in.py"), str(folder)),),
+                    str(tmp_path / "cells" / "cell.json"), str(tmp_path / "logs" / "cell.log"))
+    job = slurm_executor(tmp_path / "jobs", JobOptions(time_min=1, cpus=1)).submit(CellJob([task]))
+    try:
+        job.result()
+    finally:
+        slurm.run("scancel", job.job_id, check=False)
+    tries = read_attempts(Path(task.record))
+    assert [(a.outcome, a.detail) for a in tries] == [("stopped", "stopped for a requeue (preempted or timed out)"),
+                                                      ("done", "")], tries
+    assert (folder / "stopped-by").read_text() == "SIGINT"
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,8 @@ from gcl.core.errors import error_line
 
 EXAMPLES = """examples:
   python -m gcl.cluster --scratch /shared/$USER/coca-scratch --gpus 1 --cpus 8 --time 720 --max-parallel 16
-  python -m gcl.cluster --scratch /tmp/coca-scratch --executor local --max-parallel 2
+  python -m gcl.cluster --scratch /tmp/$USER-coca-scratch --executor local --max-parallel 2
+  python -m gcl.cluster --clean
   python -m gcl.cluster --status
 """
 
@@ -25,8 +26,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--status", action="store_true", help="where the cells of the jobs submitted earlier stand")
     p.add_argument("--clean", action="store_true", help="remove the clones no job uses (and, when no job runs, the "
                    "DVC cache they share) from the scratch folder, then exit")
-    p.add_argument("--scratch", type=Path, help="a folder the jobs reach (shared storage, for Slurm): one clone per "
-                   "cell, their records and logs, submitit's files")
+    p.add_argument("--scratch", type=Path, help="a folder the jobs reach (shared storage, for Slurm), yours alone (made "
+                   "0700): one clone per cell, their records and logs, submitit's files")
     p.add_argument("--executor", choices=("slurm", "local"), default="slurm")
     p.add_argument("--max-parallel", type=int, help="jobs running at once (Slurm: the array's throttle; local: "
                    "default 2)")
@@ -38,7 +39,7 @@ def parser() -> argparse.ArgumentParser:
                    help="time limit per job; a job that reaches it is requeued and resumes (default 1440)")
     p.add_argument("--gpus", type=int, default=0, help="GPUs per job (default 0)")
     p.add_argument("--cpus", type=int, help="CPUs per job")
-    p.add_argument("--mem-gb", type=float, help="memory per job, GB")
+    p.add_argument("--mem-gb", type=float, help="memory per job, GB (sbatch gets it in whole megabytes)")
     p.add_argument("--sbatch", action="append", default=[], metavar="OPTION=VALUE",
                    help="any other sbatch option, e.g. --sbatch account=myproj --sbatch qos=high (repeatable)")
     p.add_argument("--setup", action="append", default=[], metavar="SHELL_LINE",

@@ -22,6 +22,7 @@ from gcl.core.processes import RunLock, RunLockedError
 
 FINAL = ("done", "failed")
 CANCEL_WAIT_S = 600.0               # how long a cancelled job may take to end
+ENDING_WAIT_S = 120.0               # how long the jobs whose cells are over may take to end, before their clones go
 
 
 @dataclass
@@ -85,14 +86,18 @@ def remove_idle_clones(scratch: Scratch, submission: Submission, jobs: Jobs, cel
     """Remove the clones of `cells` (in DVC's run cache) that no job may still use: their latest job is over (or
     they have none) and no command of theirs runs in them. Returns the cells whose clone was removed."""
     latest = submission.job_of()
-    idle = []
+    idle, end = [], time.monotonic() + ENDING_WAIT_S
     for cell in cells:
         job = latest.get(cell)
-        if job is not None and jobs.phase(submission.jobs[job].executor, job).name != "over":
-            continue
         attempts = read_attempts(scratch.record(cell))
-        if not commands_left(attempts[-1] if attempts else None, scratch.clone(cell)):
-            idle.append(cell)
+        last = attempts[-1] if attempts else None
+        while job is not None and jobs.phase(submission.jobs[job].executor, job, fresh=True).name != "over":
+            if last is None or last.job != job or last.outcome not in FINAL or time.monotonic() > end:
+                break           # its job may still work in it; one whose cell is over is ending: waited for a while
+            time.sleep(2.0)
+        else:
+            if not commands_left(last, scratch.clone(cell)):
+                idle.append(cell)
     removed = [clone.name for clone in clones.remove_clones([scratch.clone(cell) for cell in idle])]
     if removed:
         say(f"removed the clones of {len(removed)} cells in DVC's run cache ({scratch.root / 'clones'}): "
@@ -200,7 +205,7 @@ def earlier_jobs(root: Path, scratch: Scratch, jobs: Jobs, todo: list[Cell], say
         handles.cancel(earlier.jobs[job_id].executor, job_id)
     end = time.monotonic() + deadline_s
     for job_id in sorted(obsolete):
-        while handles.phase(earlier.jobs[job_id].executor, job_id).name != "over":
+        while handles.phase(earlier.jobs[job_id].executor, job_id, fresh=True).name != "over":
             if time.monotonic() > end:
                 raise ClusterError(f"job {job_id}, cancelled (its cells' settings changed), has not ended after "
                                    f"{deadline_s:.0f} s: run again once it has (`python -m gcl.cluster --status`)")

@@ -145,14 +145,15 @@ class Jobs:
         self._mine.add(job.job_id)
         return job.job_id
 
-    def phase(self, executor: str, job_id: str) -> Phase:
+    def phase(self, executor: str, job_id: str, fresh: bool = False) -> Phase:
+        """Where the job stands; `fresh`: Slurm asked now (submitit's watcher asks sacct at most once a minute)."""
         if job_id not in self._handles:
             self._handles[job_id] = (SlurmJob if executor == "slurm" else LocalJob)(folder=self.folder, job_id=job_id)
         job = self._handles[job_id]
         if isinstance(job, SlurmJob):
             if job_id in self._gone:
                 return self._gone[job_id]
-            said = job.state
+            said = job.watcher.get_state(job_id, mode="force") if fresh else job.state
             state, name = (said.split() or ["UNKNOWN"])[0].upper(), slurm_phase(said)    # "CANCELLED by 0": CANCELLED
             if name == "over":     # sacct's word: its processes may still be ending (squeue: COMPLETING)
                 queued = self.squeue_state(job_id)

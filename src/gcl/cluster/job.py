@@ -12,7 +12,8 @@ commands ignore both (they are started so), and the job, on SIGTERM, stops them 
 SIGINT, never SIGTERM (which would end it at once). A command killed by a signal from outside (SIGKILL, at the end
 of Slurm's grace) is not a failure of the cell, so the job waits for its requeue (or its end) instead of reporting
 one. Every command runs in a process group of its own, written down in the cell's record: whatever it leaves behind
-is ended with it, and the driver can end it when it is stopped itself (Ctrl-C).
+is ended with it (the SIGTERM a train stage asks the kernel for when its parent dies is ignored too, so the group is
+what ends it: here, and at a job's end by Slurm), and the driver can end it when it is stopped itself (Ctrl-C).
 
 A killed DVC leaves its locks behind in the clone: its entries in .dvc/tmp/rwlock (which block the next attempt where
 their process id has been given to another process, on this node or on the one the job is requeued to), the file
@@ -278,7 +279,7 @@ def end_groups(groups: list[int], grace_s: float = STOP_GRACE_S) -> None:
         for group in groups:
             try:
                 os.killpg(group, sig)
-            except ProcessLookupError:
+            except (ProcessLookupError, PermissionError):     # ended, or its id is now another user's
                 pass
         end = time.monotonic() + wait_s
         while any(group_members(g) for g in groups) and time.monotonic() < end:
