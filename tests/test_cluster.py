@@ -613,7 +613,7 @@ def test_a_job_whose_cells_settings_changed_since_is_cancelled_and_its_cells_sub
 def test_clean_removes_the_clones_no_job_uses_and_keeps_the_others(tmp_path):
     """Clones were never removed: a clone per cell of the paper grid, each with its data. `--clean` removes those
     whose job is over (and says which it kept), the clones' shared DVC cache once no job runs."""
-    from gcl.cluster.driver import clean
+    from gcl.cluster.cleanup import clean
     from gcl.cluster.records import Submission, SubmittedJob
     scratch = Scratch(tmp_path / "scratch")
     scratch.prepare()

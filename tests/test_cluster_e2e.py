@@ -162,7 +162,7 @@ def test_ctrl_c_on_a_local_driver_leaves_no_command_of_its_cells_running(tmp_pat
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                                env={**os.environ, "PYTHONPATH": str(project / "src")})
     try:
-        wait_for("a cell's DVC at work in its clone", lambda: dvc_in(scratch / "clones"), process)
+        wait_for("a cell's DVC at work in its clone", lambda: dvc_in(scratch / "clones", b"-m\0dvc\0"), process)
         os.killpg(process.pid, signal.SIGINT)
         out, err = process.communicate(timeout=120)
         assert process.returncode == 130, out + err
@@ -178,12 +178,14 @@ def test_ctrl_c_on_a_local_driver_leaves_no_command_of_its_cells_running(tmp_pat
         end_processes_naming(project, scratch)
 
 
-def dvc_in(folder: Path) -> list[int]:
-    """The processes whose working folder is inside `folder` (a cell's DVC and its stage, in their clone)."""
+def dvc_in(folder: Path, naming: bytes = b"") -> list[int]:
+    """The processes whose working folder is inside `folder` (a cell's DVC and its stage, in their clone) and whose
+    command line holds `naming`."""
     found = []
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and folder.resolve() in (proc / "cwd").resolve().parents:
+            if proc.name.isdigit() and folder.resolve() in (proc / "cwd").resolve().parents \
+                    and naming in (proc / "cmdline").read_bytes() and (proc / "cmdline").read_bytes():   # not a zombie
                 found.append(int(proc.name))
         except OSError:
             continue

@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 from gcl.cluster import ClusterError
-from gcl.cluster.driver import Plan, clean, drive, status
+from gcl.cluster.cleanup import clean
+from gcl.cluster.driver import Plan, drive, status
 from gcl.cluster.executors import JobOptions
 from gcl.core.errors import error_line
 
