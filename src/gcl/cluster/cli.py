@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -74,6 +75,9 @@ def plan_of(args: argparse.Namespace) -> Plan:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Ctrl-C (or `kill -INT`) stops the driver, and its local jobs with it, even where it was started with SIGINT
+    # ignored (a script's background command): Python would keep it ignored, and the driver would not stop
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     args = parser().parse_args(argv)
     root = Path.cwd()
     try:
