@@ -1,12 +1,15 @@
 """A private one-node Slurm cluster for tests: munged, MariaDB + slurmdbd (so that sacct, and with it submitit, sees
 the true state of a job: COMPLETED, FAILED, CANCELLED), slurmctld and slurmd, on free ports, every file in one
-temporary folder, each daemon in the foreground so that it is stopped by its process id.
+temporary folder, each daemon in the foreground so that it is stopped by its process id. MariaDB takes no login
+without a password over TCP (root: its socket alone; slurmdbd: a random password), so that other local users
+cannot reach it while the tests run.
 
 Needs root (slurmd runs jobs as their user) and Debian's slurm-wlm, slurmdbd, munge and mariadb-server (.ci/run
 installs them). Each wait is on a condition, with a generous deadline."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -15,11 +18,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PROGRAMS = ("munged", "mungekey", "mariadb-install-db", "mariadbd", "slurmdbd", "slurmctld", "slurmd", "sbatch",
+PROGRAMS = ("munged", "mungekey", "mariadb-install-db", "mariadbd", "mariadb", "slurmdbd", "slurmctld", "slurmd", "sbatch",
             "sacct", "sacctmgr", "scontrol", "scancel", "squeue", "sinfo", "srun")
 INSTALL = "apt-get install slurm-wlm slurmdbd munge mariadb-server"
 CLUSTER = "gcltest"
 SBIN = "/usr/sbin:/usr/bin:/sbin:/bin"
+DB_USER, DB_NAME = "slurm", "slurm_acct_db"
+MEMORY_MB = 65536                # the node's declared memory and GPUs (it need not have them)
+GPU_FILES = ("/dev/null", "/dev/zero")     # stand-ins for GPU devices: slurmd counts the files
+GPUS = len(GPU_FILES)
 
 
 def why_not_here() -> str | None:
@@ -55,6 +62,7 @@ def listening(port: int) -> bool:
 class SlurmCluster:
     folder: Path
     env: dict                       # what a Slurm client needs: SLURM_CONF, and the sbin folders on PATH
+    db_port: int                    # MariaDB's TCP port (127.0.0.1): slurmdbd's, with its password
     daemons: list = field(default_factory=list)     # (name, Popen), in the order they started
 
     def run(self, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -169,20 +177,23 @@ def start_cluster(folder: Path, cpus: int = 8) -> SlurmCluster:
     for sub in ("state", "spool", "db", "run"):
         (folder / sub).mkdir(exist_ok=True)
     ctld_port, slurmd_port, dbd_port, db_port = free_ports(4)
+    db_password = secrets.token_hex(16)
     host = socket.gethostname().split(".")[0]
     munge_socket = folder / "run" / "munge.socket"
     env = {**os.environ, "SLURM_CONF": str(folder / "slurm.conf"), "PATH": f"{os.environ.get('PATH', '')}:{SBIN}"}
     env.pop("SLURM_JOB_ID", None)
-    cluster = SlurmCluster(folder, env)
+    cluster = SlurmCluster(folder, env, db_port)
     try:
-        _write_configs(folder, host, cpus, ctld_port, slurmd_port, dbd_port, db_port, munge_socket)
+        _write_configs(folder, host, cpus, ctld_port, slurmd_port, dbd_port, db_port, munge_socket, db_password)
         subprocess.run(["mungekey", "--create", f"--keyfile={folder / 'munge.key'}"], env=env, check=True,
                        capture_output=True)
         cluster.start("munged", "munged", "--foreground", "--force", f"--socket={munge_socket}",
                       f"--key-file={folder / 'munge.key'}", f"--pid-file={folder / 'run' / 'munged.pid'}",
                       f"--log-file={folder / 'munged.log'}", f"--seed-file={folder / 'run' / 'munged.seed'}")
+        # root logs in through the socket alone, as the OS's root (unix_socket); slurmdbd, over TCP on 127.0.0.1, as
+        # a user of its own with a random password that only the 0600 slurmdbd.conf holds
         subprocess.run(["mariadb-install-db", "--no-defaults", "--user=root", f"--datadir={folder / 'db'}",
-                        "--auth-root-authentication-method=normal", "--skip-test-db"],
+                        "--auth-root-authentication-method=socket", "--skip-test-db"],
                        env=env, check=True, capture_output=True)
         cluster.start("mariadbd", "mariadbd", "--no-defaults", "--user=root", f"--datadir={folder / 'db'}",
                       f"--socket={folder / 'run' / 'mysql.sock'}", f"--port={db_port}", "--bind-address=127.0.0.1",
@@ -190,6 +201,10 @@ def start_cluster(folder: Path, cpus: int = 8) -> SlurmCluster:
                       "--innodb-buffer-pool-size=32M", "--innodb-flush-log-at-trx-commit=0", "--skip-log-bin")
         cluster.wait_for("munged's socket", munge_socket.exists)
         cluster.wait_for("MariaDB listening", lambda: listening(db_port))
+        subprocess.run(["mariadb", "--no-defaults", f"--socket={folder / 'run' / 'mysql.sock'}", "-u", "root", "-e",
+                        "DELETE FROM mysql.global_priv WHERE User = ''; FLUSH PRIVILEGES; "       # no anonymous login
+                        f"CREATE USER '{DB_USER}'@'127.0.0.1' IDENTIFIED BY '{db_password}'; "
+                        f"GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'127.0.0.1';"], env=env, check=True, capture_output=True)
         cluster.start("slurmdbd", "slurmdbd", "-D")
         cluster.wait_for("slurmdbd listening", lambda: listening(dbd_port))
         cluster.run("sacctmgr", "-i", "add", "cluster", CLUSTER)
@@ -205,7 +220,7 @@ def start_cluster(folder: Path, cpus: int = 8) -> SlurmCluster:
 
 
 def _write_configs(folder: Path, host: str, cpus: int, ctld_port: int, slurmd_port: int, dbd_port: int, db_port: int,
-                   munge_socket: Path) -> None:
+                   munge_socket: Path, db_password: str) -> None:
     # cred_expire: how long Slurm holds a requeued job before it may start again (default 120 s)
     auth = f"AuthType=auth/munge\nAuthInfo=socket={munge_socket},cred_expire=5\n"
     (folder / "slurm.conf").write_text(
@@ -219,14 +234,20 @@ def _write_configs(folder: Path, host: str, cpus: int, ctld_port: int, slurmd_po
         f"AccountingStorageHost=127.0.0.1\nAccountingStoragePort={dbd_port}\n"
         f"AccountingStoragePass={munge_socket}\n"   # the munge socket of slurmctld's and the tools' slurmdbd connections
         "SchedulerType=sched/backfill\nSchedulerParameters=sched_interval=2,bf_interval=2\nSelectType=select/cons_tres\nSelectTypeParameters=CR_CPU\n"
-        "SlurmdParameters=config_overrides\nReturnToService=2\nKillWait=2\nMinJobAge=5\nInactiveLimit=0\n"
+        # KillWait: SIGTERM to SIGKILL, time for a job to stop its train stage with SIGINT (30 s by default)
+        "SlurmdParameters=config_overrides\nReturnToService=2\nKillWait=10\nMinJobAge=5\nInactiveLimit=0\n"
         "SlurmctldTimeout=30\nSlurmdTimeout=30\nMessageTimeout=20\nJobRequeue=1\n"
-        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=4000 State=UNKNOWN\n"
+        "GresTypes=gpu\n"
+        # what the node declares, whatever the machine has (config_overrides): room for a job's --mem-gb 32 and
+        # --gpus 2 (two GPUs without devices: jobs may ask for them, and sbatch checks what they ask for)
+        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={MEMORY_MB} Gres=gpu:{GPUS} State=UNKNOWN\n"
         f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP\n")
+    (folder / "gres.conf").write_text("".join(f"NodeName={host} Name=gpu File={device}\n" for device in GPU_FILES))
     dbd = folder / "slurmdbd.conf"
+    dbd.touch(mode=0o600)            # private before the password is in it (slurmdbd also refuses a readable one)
+    dbd.chmod(0o600)
     dbd.write_text(
         f"DbdHost=localhost\nDbdAddr=127.0.0.1\nDbdPort={dbd_port}\nSlurmUser=root\n" + auth +
         f"PidFile={folder / 'run' / 'slurmdbd.pid'}\nLogFile={folder / 'slurmdbd.log'}\n"
-        f"StorageType=accounting_storage/mysql\nStorageHost=127.0.0.1\nStoragePort={db_port}\nStorageUser=root\n"
-        "StorageLoc=slurm_acct_db\n")
-    dbd.chmod(0o600)
+        f"StorageType=accounting_storage/mysql\nStorageHost=127.0.0.1\nStoragePort={db_port}\n"
+        f"StorageUser={DB_USER}\nStoragePass={db_password}\nStorageLoc={DB_NAME}\n")

@@ -3,6 +3,7 @@ the clones, a job's stop and requeue (submitit's local executor, with stand-in c
 End to end, on Slurm and locally: tests/test_cluster_e2e.py."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -63,6 +64,74 @@ def test_a_scratch_folder_serves_one_workspace(tmp_path):
         scratch.claim(tmp_path / "b")
 
 
+def test_a_scratch_folder_is_made_private_and_one_others_could_write_is_refused(tmp_path):
+    """Made 0700 (its subfolders too), inside a sticky shared folder as in /tmp; refused where others could write
+    it, or write the folder it sits in without the sticky bit (they could replace it)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    scratch = Scratch(shared / "me" / "scratch")
+    scratch.prepare()
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in [scratch.root, *scratch.root.iterdir()]} == \
+        {name: "0o700" for name in ("scratch", "clones", "cells", "logs", "jobs", "dvc-cache")}
+    scratch.prepare()                               # again: the same folder passes
+    shared.chmod(0o777)
+    with pytest.raises(ClusterError, match=rf"^--scratch {scratch.root}: {shared} can be written by others without "
+                                           r"the sticky bit \(mode 777\), who could replace the scratch folder\. Fix: "):
+        scratch.prepare()
+    shared.chmod(0o1777)
+    scratch.root.chmod(0o777)
+    with pytest.raises(ClusterError, match=rf"^{scratch.root} can be written by others \(mode 777\): they could plant "
+                                           rf"links or job files there\. Fix: chmod 700 {scratch.root}$"):
+        scratch.prepare()
+
+
+def test_a_scratch_folder_another_user_owns_is_refused(tmp_path, monkeypatch):
+    scratch = Scratch(tmp_path / "scratch")
+    scratch.root.mkdir(mode=0o700)
+    if os.geteuid() == 0:
+        os.chown(scratch.root, 54321, -1)
+    else:                                           # not root: the folder is ours, so this process pretends to be
+        monkeypatch.setattr(os, "geteuid", lambda: 54321)         # another user
+    with pytest.raises(ClusterError, match=r"scratch\b.* belongs to .*uid \d+.*, not to you .*: a scratch folder must be "
+                                           r"your own\. Fix: use a folder of your own"):
+        scratch.claim(tmp_path / "ws")
+
+
+def test_a_link_planted_in_the_scratch_folder_is_refused_and_its_target_untouched(tmp_path):
+    """Another user's symbolic link at clones/<cell> (to a repository of the user's): the driver ran `git checkout
+    -f` and `git clean -f -d` in its target. Now the clone, a record, a log or the job folder that is a link is
+    refused, and the target keeps its tracked and untracked files."""
+    from gcl.cluster.clones import sync_clones, workspace_state
+    ws, victim = tmp_path / "ws", tmp_path / "victim"
+    for repo in (ws, victim):
+        repo.mkdir()
+        (repo / "tracked.txt").write_text(repo.name)
+        git(repo, "init", "-q")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", "one")
+    (victim / "tracked.txt").write_text("edited, not committed")
+    (victim / "untracked.txt").write_text("mine")
+    scratch = Scratch(tmp_path / "scratch")
+    scratch.prepare()
+    (scratch.root / "clones" / "cell").symlink_to(victim)
+    with pytest.raises(ClusterError, match=rf"^{scratch.root}/clones/cell is a symbolic link \(to {victim}\), where "
+                                           r"the scratch folder keeps its own files: it is not followed\. Fix: remove "):
+        sync_clones(workspace_state(ws), [scratch.clone("cell")], {})
+    assert (victim / "tracked.txt").read_text() == "edited, not committed"
+    assert (victim / "untracked.txt").read_text() == "mine"
+    (scratch.root / "cells" / "cell.json").symlink_to(victim / "untracked.txt")
+    (scratch.root / "logs").rename(scratch.root / "logs-moved")
+    (scratch.root / "logs").symlink_to(victim)
+    for where in (lambda: scratch.record("cell"), lambda: scratch.log("cell"), scratch.prepare):
+        with pytest.raises(ClusterError, match="is a symbolic link"):
+            where()
+    shutil.rmtree(scratch.root / "jobs")
+    (scratch.root / "jobs").symlink_to(victim)
+    with pytest.raises(ClusterError, match=rf"^{scratch.root}/jobs is a symbolic link"):
+        scratch.jobs
+
+
 def git(cwd, *args):
     subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=cwd, check=True,
                    capture_output=True)
@@ -83,6 +152,7 @@ def test_a_clone_is_the_workspace_as_it_is_and_keeps_what_git_ignores(tmp_path):
     (ws / "new.txt").write_text("3")
     (ws / "ignored.log").write_text("4")
     (ws / ".dvc" / "config.local").write_text("['remote \"store\"']\n    password = secret\n")
+    (ws / ".dvc" / "config.local").chmod(0o600)
     progress = clone / ".gcl-progress" / "cell" / "seed-0.ckpt"     # an earlier attempt's checkpoint
     progress.parent.mkdir(parents=True)
     progress.write_text("ckpt")
@@ -92,12 +162,38 @@ def test_a_clone_is_the_workspace_as_it_is_and_keeps_what_git_ignores(tmp_path):
     assert not (clone / "ignored.log").exists() and progress.read_text() == "ckpt"
     local = ConfigObj(str(clone / ".dvc" / "config.local"))      # the workspace's own, and what the jobs need
     assert local['remote "store"']["password"] == "secret" and local["cache"]["dir"] == "/shared/cache", local
+    assert oct((clone / ".dvc" / "config.local").stat().st_mode & 0o777) == "0o600", "the password, readable by others"
 
     git(ws, "add", "-A")
     git(ws, "commit", "-qm", "two")
     (ws / "new.txt").unlink()
     sync_clone(workspace_state(ws), clone, {})
     assert {p.name for p in clone.glob("*.txt")} == {"kept.txt", "edited.txt"} and progress.exists()
+
+
+def test_a_clone_gets_staged_unstaged_renamed_and_new_files(tmp_path):
+    """`git add params.yaml` hid the edit from the clone (its job trained the committed settings); a rename, a
+    staged new file and a staged deletion reach it too."""
+    from gcl.cluster.clones import sync_clone, workspace_state
+    ws, clone = tmp_path / "ws", tmp_path / "clone"
+    ws.mkdir()
+    for name in ("params.yaml", "old-name.txt", "unstaged.txt", "staged-gone.txt"):
+        (ws / name).write_text("committed")
+    git(ws, "init", "-q")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "one")
+    (ws / "params.yaml").write_text("staged")
+    (ws / "unstaged.txt").write_text("unstaged")
+    (ws / "staged-new.txt").write_text("new")
+    (ws / "untracked.txt").write_text("untracked")
+    git(ws, "add", "params.yaml", "staged-new.txt")
+    git(ws, "mv", "old-name.txt", "new-name.txt")
+    git(ws, "rm", "-q", "staged-gone.txt")
+    (ws / "new-name.txt").write_text("renamed, then edited")
+    sync_clone(workspace_state(ws), clone, {})
+    assert {p.name: p.read_text() for p in clone.glob("*.*") if p.is_file()} == {
+        "params.yaml": "staged", "unstaged.txt": "unstaged", "staged-new.txt": "new", "untracked.txt": "untracked",
+        "new-name.txt": "renamed, then edited"}
 
 
 # A stand-in for a cell's DVC command: each start leaves its pid in a file; the first start waits to be stopped,
@@ -165,6 +261,57 @@ def test_a_job_told_to_stop_stops_its_cells_is_requeued_and_starts_them_again(tm
     with pytest.raises(submitit.core.utils.FailedJobError, match=f"train@fails: `python {tmp_path}"):
         job.result()
     assert "stand-in, start 2: exit 3" in last_lines(fails.log)
+
+
+STAND_IN_SIGNALS = """
+import os, sys, time
+from pathlib import Path
+folder = Path(sys.argv[1])
+(folder / "pid").write_text(str(os.getpid()))
+try:
+    time.sleep(600)
+except KeyboardInterrupt:
+    (folder / "stopped-by").write_text("SIGINT")
+    sys.exit(130)
+"""
+
+
+def test_slurms_sigterm_and_sigusr2_to_every_process_reach_the_stage_as_sigint(tmp_path):
+    """Slurm signals every process of a job's step: a cell's command (the train stage) got SIGTERM and died at
+    once, or SIGUSR2, whose default ends a process. Now the command ignores both, and the job stops it with SIGINT
+    (the train stage's graceful stop) when it gets SIGTERM itself; the attempt says why."""
+    from gcl.cluster.job import STOPPED_BY_SIGTERM
+    folder = tmp_path / "cell"
+    folder.mkdir()
+    (tmp_path / "signals.py").write_text(STAND_IN_SIGNALS)
+    task = CellTask("cell", str(folder), ((sys.executable, str(tmp_path / "signals.py"), str(folder)),),
+                    str(tmp_path / "cells" / "cell.json"), str(tmp_path / "logs" / "cell.log"))
+    executor = submitit.LocalExecutor(tmp_path / "jobs")
+    executor.update_parameters(timeout_min=60)
+    job = executor.submit(CellJob([task]))
+    try:
+        wait_for(lambda: (folder / "pid").exists())
+        stage, job_process = int((folder / "pid").read_text()), child_of(int(job.job_id))
+        assert read_attempts(Path(task.record))[-1].group == stage      # its process group, for the driver
+        for sig in (signal.SIGUSR2, signal.SIGTERM):       # what Slurm sends the whole step
+            os.kill(stage, sig)
+        time.sleep(1)
+        assert Path(f"/proc/{stage}").exists() and not (folder / "stopped-by").exists()
+        os.kill(job_process, signal.SIGTERM)
+        wait_for(lambda: [a.outcome for a in read_attempts(Path(task.record))] == ["stopped"])
+        assert (folder / "stopped-by").read_text() == "SIGINT"
+        assert read_attempts(Path(task.record))[-1].detail == STOPPED_BY_SIGTERM
+    finally:
+        for pid in (int(job.job_id), child_of(int(job.job_id))):     # the job waits to be requeued: end it
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_lost_attempt_is_charged_to_its_last_heartbeat_not_to_now():
+    """A cell that ran 10 minutes, its job lost without a word: a week later it was charged 168 hours."""
+    lost = Attempt(job="7_1", host="node", started=0.0, seen=600.0)
+    week = 7 * 24 * 3600.0
+    assert lost.hours(week) <= (600.0 + 3 * 60.0) / 3600
+    assert Attempt(job="7_1", host="node", started=0.0, seen=600.0).hours(630.0) == pytest.approx(630.0 / 3600)
 
 
 def dvc_project(folder: Path) -> Path:
@@ -270,3 +417,220 @@ def test_options_become_what_each_job_asks_for():
     assert (plan.job.executor, plan.job.gpus, plan.job.max_parallel, plan.job.max_timeouts) == ("slurm", 1, None, 0)
     local = plan_of(parser().parse_args(["--scratch", "s", "--executor", "local"]))
     assert local.job.max_parallel == 2 and local.cells_per_job == 1
+
+
+# ------------------------------------------------------------------------------------------------- Slurm's states
+
+FAKE_SLURM_TOOL = """#!{python}
+import sys
+from pathlib import Path
+said = dict(line.split("=", 1) for line in Path({states!r}).read_text().split())      # job id=STATE
+ids = [i for k, arg in enumerate(sys.argv) if arg == "-j" for i in sys.argv[k + 1].split(",")]
+if {tool!r} == "sacct":       # submitit asks about every job it watches: the test's own jobs are answered
+    print("JobID|State|NodeList")
+    for i in ids:
+        if i in said:
+            print(f"{{i}}|{{said[i].replace('_by_', ' by ')}}|node")
+elif said.get("queue-" + ids[0]):
+    print(said["queue-" + ids[0]])
+"""
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+    """sacct and squeue that say what the test writes down (job id -> state; squeue: "queue-<id>", else nothing),
+    so that submitit reads a state as it reads Slurm's."""
+    states, bin_dir = tmp_path / "states", tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sacct", "squeue"):
+        (bin_dir / tool).write_text(FAKE_SLURM_TOOL.format(python=sys.executable, states=str(states), tool=tool))
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return states
+
+
+SLURM_STATES = {      # squeue's and sacct's job states (Slurm 22.05 to 24.x): where each leaves the cell's clone
+    "PENDING": "waiting", "REQUEUED": "waiting", "REQUEUE_HOLD": "waiting", "REQUEUE_FED": "waiting",
+    "RESV_DEL_HOLD": "waiting", "SPECIAL_EXIT": "waiting", "CONFIGURING": "waiting",
+    "RUNNING": "running", "COMPLETING": "running", "SIGNALING": "running", "STAGE_OUT": "running",
+    "SUSPENDED": "running", "STOPPED": "running", "RESIZING": "running",
+    "COMPLETED": "over", "FAILED": "over", "CANCELLED": "over", "CANCELLED_by_1000": "over", "TIMEOUT": "over",
+    "NODE_FAIL": "over", "PREEMPTED": "over", "BOOT_FAIL": "over", "DEADLINE": "over", "OUT_OF_MEMORY": "over",
+    "REVOKED": "over",
+}
+
+
+@pytest.mark.parametrize("state", sorted(SLURM_STATES))
+def test_every_slurm_state_is_a_phase_and_only_an_ended_job_is_over(tmp_path, fake_slurm, state):
+    """sacct's state, read through submitit: a job still configuring, suspended, stopped, signalled or held for a
+    requeue is not over (submitit's done() says it is), so its clone is not given to another job."""
+    from gcl.cluster.executors import Jobs
+    job_id = str(40000 + sorted(SLURM_STATES).index(state))      # new to submitit's shared watcher
+    fake_slurm.write_text(f"{job_id}={state}\n")
+    assert Jobs(tmp_path / "jobs").phase("slurm", job_id).name == SLURM_STATES[state]
+
+
+def test_a_job_sacct_calls_over_whose_processes_still_end_is_running_until_squeue_forgets_it(tmp_path, fake_slurm):
+    from gcl.cluster.executors import Jobs
+    jobs = Jobs(tmp_path / "jobs")
+    fake_slurm.write_text("41000=CANCELLED_by_0 queue-41000=COMPLETING\n")
+    assert (jobs.phase("slurm", "41000").name, jobs.phase("slurm", "41000").state) == ("running", "COMPLETING")
+    fake_slurm.write_text("41000=CANCELLED_by_0\n")
+    assert (jobs.phase("slurm", "41000").name, jobs.phase("slurm", "41000").state) == ("over", "CANCELLED")
+
+
+# ------------------------------------------------------------------------------------------------- resources
+
+def sbatch_script(options, folder: Path, jobs: int = 1) -> str:
+    """The sbatch script submitit submits for `jobs` jobs (an array when more than one) under `options`."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    from gcl.cluster.executors import slurm_executor
+    executor = slurm_executor(folder, options)
+    parameters = {**executor.parameters, **({"map_count": jobs} if jobs > 1 else {})}
+    return _make_sbatch_string(command=executor._submitit_command_str, folder=executor.folder, **parameters)
+
+
+def every_option():
+    from gcl.cluster.cli import parser, plan_of
+    return plan_of(parser().parse_args([
+        "--scratch", "s", "--partition", "gpu", "--time", "720", "--gpus", "1", "--cpus", "8", "--mem-gb", "32",
+        "--max-parallel", "16", "--sbatch", "account=myproj", "--sbatch", "qos=high", "--setup", "module load cuda"])).job
+
+
+def test_every_option_renders_as_sbatch_takes_it(tmp_path, fake_slurm):
+    """What each option becomes in the script submitit submits: --mem-gb as whole megabytes (sbatch refuses
+    --mem=32.0GB), the array throttled to --max-parallel, Slurm's warning before the time limit."""
+    (fake_slurm.parent / "bin" / "srun").write_text("#!/bin/sh\n")
+    (fake_slurm.parent / "bin" / "srun").chmod(0o755)
+    script = sbatch_script(every_option(), tmp_path / "jobs", jobs=32)
+    flags = {line for line in script.splitlines() if line.startswith("#SBATCH")}
+    assert {"#SBATCH --partition=gpu", "#SBATCH --time=720", "#SBATCH --gpus-per-node=1", "#SBATCH --cpus-per-task=8",
+            "#SBATCH --mem=32768M", "#SBATCH --array=0-31%16", "#SBATCH --account=myproj", "#SBATCH --qos=high",
+            "#SBATCH --signal=USR2@90", "#SBATCH --job-name=gcl-cells"} <= flags, script
+    assert "\nmodule load cuda\n" in script
+    from gcl.cluster.cli import parser, plan_of
+    half = plan_of(parser().parse_args(["--scratch", "s", "--mem-gb", "0.5"])).job
+    assert "#SBATCH --mem=512M" in sbatch_script(half, tmp_path / "jobs"), "a fraction of a GB is whole megabytes"
+
+
+STAND_IN_GPUS = """
+import os, sys
+print("CUDA_VISIBLE_DEVICES=" + os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"), flush=True)
+"""
+
+
+@pytest.mark.parametrize("user, gpus, slots, seen", [
+    ("3,5", 1, 2, ["3", "5"]),              # the user's own GPUs, one to a slot
+    ("GPU-a,GPU-b,GPU-c,GPU-d", 2, 2, ["GPU-a,GPU-b", "GPU-c,GPU-d"]),
+    ("3,5", 0, 2, ["3,5", "3,5"]),          # --gpus 0: what the user sees, not CUDA_VISIBLE_DEVICES=""
+    (None, 0, 1, ["(unset)"]),
+])
+def test_local_jobs_share_out_the_gpus_the_user_sees(tmp_path, monkeypatch, user, gpus, slots, seen):
+    """Through submitit's local executor, as the driver submits: each slot's cells see its share of the user's
+    CUDA_VISIBLE_DEVICES; without --gpus they see what the user sees (a GPU machine never trains on the CPU
+    unasked)."""
+    from gcl.cluster.driver import Submitter
+    from gcl.cluster.executors import JobOptions, Jobs
+    from gcl.cluster.records import Submission
+    from gcl.cluster.workspace import Cell, Sharing
+    if user is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", user)
+    scratch = Scratch(tmp_path / "scratch")
+    submitter = Submitter(JobOptions("local", gpus=gpus, max_parallel=slots), scratch, Sharing("cache", {}),
+                          Submission(str(scratch.root), str(scratch.jobs)), Jobs(scratch.jobs), tmp_path)
+    (tmp_path / "show.py").write_text(STAND_IN_GPUS)
+    for slot in range(slots):
+        task = submitter.task(Cell(f"c{slot}", ()), slot)
+        assert task.gpus == gpus
+        task = CellTask(task.cell, task.clone, ((sys.executable, str(tmp_path / "show.py")),), task.record, task.log,
+                        task.environment)          # no GPU check: no GPU on a test machine (the next test's)
+        Path(task.clone).mkdir(parents=True)
+        executor = submitit.LocalExecutor(scratch.jobs)
+        executor.update_parameters(timeout_min=5)
+        job = executor.submit(CellJob([task]))
+        job.result()
+        assert f"CUDA_VISIBLE_DEVICES={seen[slot]}\n" in Path(task.log).read_text(), (slot, Path(task.log).read_text())
+
+
+def test_local_jobs_asking_for_more_gpus_than_the_user_sees_are_refused_in_one_line(tmp_path, monkeypatch):
+    from gcl.cluster.executors import JobOptions, slot_gpus
+    with pytest.raises(ClusterError, match=r"^--executor local --gpus 1 --max-parallel 4 needs 4 GPUs, and 2 are "
+                                           r"visible \(CUDA_VISIBLE_DEVICES='0,1'\)\. Fix: lower --max-parallel or --gpus$"):
+        slot_gpus(JobOptions("local", gpus=1, max_parallel=4), {"CUDA_VISIBLE_DEVICES": "0,1"})
+
+
+def test_a_cell_asking_for_a_gpu_that_would_train_on_the_cpu_stops_in_one_line(tmp_path):
+    """--gpus 1, and torch in the cell's environment sees no GPU (here: none visible): the cell fails before its
+    first command, in one line, instead of training on the CPU."""
+    task = stand_in_task(tmp_path, "gpu", 0)
+    task = CellTask(task.cell, task.clone, task.commands, task.record, task.log, {"CUDA_VISIBLE_DEVICES": ""}, 1)
+    cell = RunningCell(task, "7_1", "node")
+    cell.start()
+    wait_for(lambda: cell.poll() or cell.process is None)
+    assert cell.outcome == "failed" and not (Path(task.clone) / "start-1").exists()
+    assert cell.detail == ("its job asked for 1 GPU(s) (--gpus), but torch sees 0 CUDA devices with "
+                           "CUDA_VISIBLE_DEVICES='': it would train on the CPU. Fix: run it where a GPU is visible (a "
+                           "GPU partition, --setup 'module load cuda'), or without --gpus to train on the CPU"), cell.detail
+
+
+class StubJobs:
+    """Jobs that run until cancelled (then over), as Slurm's would: what the driver asks, and cancels."""
+
+    def __init__(self):
+        self.cancelled = []
+
+    def phase(self, executor, job_id, fresh=False):
+        from gcl.cluster.executors import Phase
+        over = job_id in self.cancelled
+        return Phase("over" if over else "running", "CANCELLED" if over else "RUNNING", Path("log"))
+
+    def cancel(self, executor, job_id):
+        self.cancelled.append(job_id)
+
+
+def test_a_job_whose_cells_settings_changed_since_is_cancelled_and_its_cells_submitted_again(tmp_path):
+    """A cell's settings changed after its job was submitted (another run-cache key): the driver waited for the
+    obsolete job, then the gather failed. Now that job is cancelled and its cells are not waited for (submitted
+    again), and a line says so; a job whose cells are as submitted is still waited for."""
+    from gcl.cluster.driver import earlier_jobs
+    from gcl.cluster.records import Submission, SubmittedJob
+    from gcl.cluster.workspace import Cell
+    scratch = Scratch(tmp_path / "scratch")
+    scratch.prepare()
+    Submission(str(scratch.root), str(scratch.jobs), {
+        "5_0": SubmittedJob("slurm", ["a"], 1, submitted=1.0, keys={"a": "key-a"}),
+        "5_1": SubmittedJob("slurm", ["b"], 1, submitted=1.0, keys={"b": "key-b"})}).save(tmp_path)
+    jobs, said = StubJobs(), []
+    submission, attached = earlier_jobs(tmp_path, scratch, jobs, [Cell("a", (), "key-a"), Cell("b", (), "key-b2")],
+                                        said.append)
+    assert jobs.cancelled == ["5_1"] and attached == {"a"}
+    assert said == ["cancelled train@b (job 5_1): its settings changed since it was submitted; submitted again"]
+
+
+def test_clean_removes_the_clones_no_job_uses_and_keeps_the_others(tmp_path):
+    """Clones were never removed: a clone per cell of the paper grid, each with its data. `--clean` removes those
+    whose job is over (and says which it kept), the clones' shared DVC cache once no job runs."""
+    from gcl.cluster.cleanup import clean
+    from gcl.cluster.records import Submission, SubmittedJob
+    scratch = Scratch(tmp_path / "scratch")
+    scratch.prepare()
+    for cell in ("a", "b", "c"):
+        (scratch.clone(cell) / "data").mkdir(parents=True)
+        (scratch.clone(cell) / "data" / "big.pt").write_bytes(b"0" * 1000)
+    (scratch.cache / "files").mkdir()
+    Submission(str(scratch.root), str(scratch.jobs), {
+        "5_0": SubmittedJob("slurm", ["a"], 1, submitted=1.0), "5_1": SubmittedJob("slurm", ["b"], 1, submitted=1.0)}
+               ).save(tmp_path)
+    jobs, said = StubJobs(), []
+    jobs.cancelled.append("5_0")                  # over; 5_1 still runs; c has no job
+    assert clean(tmp_path, None, said.append, jobs) == 0
+    assert scratch.clones() == ["b"] and (scratch.cache / "files").exists()
+    assert said == [f"removed the clones of 2 cells in DVC's run cache ({scratch.root / 'clones'}): a, c",
+                    "kept the clones that jobs still use: b"]
+    jobs.cancelled.append("5_1")
+    said.clear()
+    clean(tmp_path, None, said.append, jobs)
+    assert scratch.clones() == [] and not any(scratch.cache.iterdir()), said

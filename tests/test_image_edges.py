@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -262,12 +263,38 @@ def test_a_tar_member_is_read_alone_and_links_or_missing_files_are_refused(tmp_p
     with ImageFiles(archive, "Fix: supply another copy.", marker="train") as files:
         assert files.read("notes.txt") == b"a note"
         assert torch.equal(files.decode_one("train/cat/2.png"), torch.from_numpy(images()["train"]["cat"][2]))
-        with pytest.raises(SourceError, match=r"copy\.tar: copy/train/ant/9\.png is a link inside the archive, "
-                                              r"which is not read\. Fix: archive the files themselves"):
+        with pytest.raises(SourceError, match=r"copy\.tar: copy/train/ant/9\.png is a symbolic link inside the "
+                                              r"archive, which is not read\. Fix: archive the files themselves "
+                                              r"\(tar --dereference\)"):
             files.read("train/ant/9.png")
         with pytest.raises(SourceError, match=r"copy\.tar has no copy/train/ant/99\.png"):
             files.read("train/ant/99.png")
 
+
+
+@pytest.mark.skipif(shutil.which("tar") is None, reason="no tar on this machine")
+def test_a_hard_link_in_a_tar_is_refused_with_advice_that_works_when_followed(tmp_path):
+    """GNU tar stores a file's second name as a hard link, `--dereference` or not; the refusal names the option that
+    stores it as a file (`--hard-dereference`), and the archive made by following it reads, both names alike."""
+    root = write_image_folder(tmp_path / "copy", images())
+    os.link(root / "train/ant/0.png", root / "train/ant/9.png")
+    tar = lambda archive, *options: subprocess.run(["tar", *options, "--sort=name", "-cf", str(archive), "copy"],
+                                                   cwd=tmp_path, check=True, capture_output=True)
+    tar(tmp_path / "linked.tar")
+    with ImageFiles(tmp_path / "linked.tar", "Fix: supply another copy.", marker="train") as files:
+        with pytest.raises(SourceError) as refused:
+            files.read("train/ant/9.png")
+    message = str(refused.value)
+    assert message.startswith(f"{tmp_path / 'linked.tar'}: copy/train/ant/9.png is a hard link inside the archive, "
+                              "which is not read. Fix: "), message
+    advice = re.fullmatch(r".*\(tar (--[a-z-]+)\)\.", message)
+    assert advice, message
+    tar(tmp_path / "followed.tar", advice.group(1))
+    with tarfile.open(tmp_path / "followed.tar") as archive:
+        assert not any(m.islnk() for m in archive), "the advice still stored a hard link"
+    with ImageFiles(tmp_path / "followed.tar", "Fix: supply another copy.", marker="train") as files:
+        assert torch.equal(files.decode_one("train/ant/9.png"), files.decode_one("train/ant/0.png"))
+        assert torch.equal(files.decode_one("train/ant/9.png"), torch.from_numpy(images()["train"]["ant"][0]))
 
 # --- an ordinary archive: the same pixels and order as before -----------------------------------------------
 

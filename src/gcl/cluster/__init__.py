@@ -7,6 +7,7 @@ no train stage.
     cli        its options
     workspace  the user's workspace through DVC: shared stages, restores from the run cache, the gather
     clones     one clone per cell on the scratch folder, brought to the workspace as it is
+    cleanup    the clones no job uses removed (after the gather, `--clean`); a cell whose commands still run refused
     job        what runs inside a job: its cells' DVC commands, stopped and requeued on preemption or time-out
     records    what jobs and the driver write down: each cell's attempts, the submission, the scratch layout
     executors  submitit's Slurm and local executors, and where a submitted job stands

@@ -2,17 +2,20 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
 from gcl.cluster import ClusterError
+from gcl.cluster.cleanup import clean
 from gcl.cluster.driver import Plan, drive, status
 from gcl.cluster.executors import JobOptions
 from gcl.core.errors import error_line
 
 EXAMPLES = """examples:
   python -m gcl.cluster --scratch /shared/$USER/coca-scratch --gpus 1 --cpus 8 --time 720 --max-parallel 16
-  python -m gcl.cluster --scratch /tmp/coca-scratch --executor local --max-parallel 2
+  python -m gcl.cluster --scratch /tmp/$USER-coca-scratch --executor local --max-parallel 2
+  python -m gcl.cluster --clean
   python -m gcl.cluster --status
 """
 
@@ -23,8 +26,10 @@ def parser() -> argparse.ArgumentParser:
         description="Train the train@ cells a `dvc repro` would run as jobs (Slurm, or local processes), each in a "
                     "clone of its own, then gather them through DVC's run cache and write the report.")
     p.add_argument("--status", action="store_true", help="where the cells of the jobs submitted earlier stand")
-    p.add_argument("--scratch", type=Path, help="a folder the jobs reach (shared storage, for Slurm): one clone per "
-                   "cell, their records and logs, submitit's files")
+    p.add_argument("--clean", action="store_true", help="remove the clones no job uses (and, when no job runs, the "
+                   "DVC cache they share) from the scratch folder, then exit")
+    p.add_argument("--scratch", type=Path, help="a folder the jobs reach (shared storage, for Slurm), yours alone (made "
+                   "0700): one clone per cell, their records and logs, submitit's files")
     p.add_argument("--executor", choices=("slurm", "local"), default="slurm")
     p.add_argument("--max-parallel", type=int, help="jobs running at once (Slurm: the array's throttle; local: "
                    "default 2)")
@@ -36,7 +41,7 @@ def parser() -> argparse.ArgumentParser:
                    help="time limit per job; a job that reaches it is requeued and resumes (default 1440)")
     p.add_argument("--gpus", type=int, default=0, help="GPUs per job (default 0)")
     p.add_argument("--cpus", type=int, help="CPUs per job")
-    p.add_argument("--mem-gb", type=float, help="memory per job, GB")
+    p.add_argument("--mem-gb", type=float, help="memory per job, GB (sbatch gets it in whole megabytes)")
     p.add_argument("--sbatch", action="append", default=[], metavar="OPTION=VALUE",
                    help="any other sbatch option, e.g. --sbatch account=myproj --sbatch qos=high (repeatable)")
     p.add_argument("--setup", action="append", default=[], metavar="SHELL_LINE",
@@ -70,15 +75,21 @@ def plan_of(args: argparse.Namespace) -> Plan:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Ctrl-C (or `kill -INT`) stops the driver, and its local jobs with it, even where it was started with SIGINT
+    # ignored (a script's background command): Python would keep it ignored, and the driver would not stop
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     args = parser().parse_args(argv)
     root = Path.cwd()
     try:
         if not (root / "dvc.yaml").exists():
             raise ClusterError(f"{root} has no dvc.yaml: run the command in the workspace")
-        return status(root) if args.status else drive(root, plan_of(args), say=_say)
-    except KeyboardInterrupt:
-        print("stopped: Slurm jobs already submitted run on (`python -m gcl.cluster --status`); the same command run "
-              "again waits for them and gathers", file=sys.stderr)
+        if args.status:
+            return status(root)
+        if args.clean:
+            return clean(root, args.scratch, say=_say)
+        return drive(root, plan_of(args), say=_say)
+    except KeyboardInterrupt as stopped:       # the driver's own line (DriverStopped), or Ctrl-C before any job
+        print(getattr(stopped, "line", "stopped before any job was submitted"), file=sys.stderr)
         return 130
     except Exception as exc:
         line = error_line(exc)

@@ -2,7 +2,12 @@
 after a job, so that a requeued or resubmitted job finds the cell's progress files in it). Before it submits, the
 driver brings each clone to the workspace as it is now: the workspace's last commit (a shallow fetch), then every
 file that differs from it (params.yaml, dvc.lock, edits not committed yet), then the DVC settings a job needs. What
-git ignores stays: the progress files under .gcl-progress/, DVC's outputs and cache."""
+git ignores stays: the progress files under .gcl-progress/, DVC's outputs and cache.
+
+The clones share one DVC cache (`clone_settings`): the workspace's own with --share cache, else one on the scratch
+folder, and DVC links its files into each clone where the filesystem allows it, rather than copying them. A cell's
+clone is removed once its results are in DVC's run cache (`remove_clones`): the driver does so after the gather, and
+`--clean` for every cell no job uses."""
 from __future__ import annotations
 
 import shutil
@@ -14,9 +19,10 @@ from pathlib import Path
 from configobj import ConfigObj
 
 from gcl.cluster import ClusterError
-from gcl.core.atomic import write_text
+from gcl.core.atomic import atomic_path
 
 LOCAL_CONFIG = Path(".dvc") / "config.local"     # DVC's settings for one clone alone (git ignores it)
+LINKS = "reflink,hardlink,copy"       # how DVC puts a cached file in a clone: a link where the filesystem allows one
 
 
 @dataclass(frozen=True)
@@ -28,9 +34,12 @@ class WorkspaceState:
 
 
 def workspace_state(root: Path) -> WorkspaceState:
+    """The workspace against its last commit: every path that differs, staged or not (a rename as the old path,
+    gone, and the new one), and the new files git does not ignore."""
     head = git(root, "rev-parse", "--verify", "HEAD", fix="commit the workspace once (`git commit`)").strip()
-    listed = git(root, "ls-files", "-z", "--modified", "--others", "--exclude-standard")
-    return WorkspaceState(root, head, tuple(sorted({p for p in listed.split("\0") if p})))
+    differ = git(root, "diff", "HEAD", "--name-only", "--no-renames", "-z", "--")
+    new = git(root, "ls-files", "-z", "--others", "--exclude-standard")
+    return WorkspaceState(root, head, tuple(sorted({p for p in (differ + new).split("\0") if p})))
 
 
 def sync_clones(state: WorkspaceState, clones: list[Path], dvc_settings: dict[str, dict[str, str]],
@@ -65,13 +74,38 @@ def sync_clone(state: WorkspaceState, clone: Path, dvc_settings: dict[str, dict[
     write_local_config(state.root / LOCAL_CONFIG, clone / LOCAL_CONFIG, dvc_settings)
 
 
+def clone_settings(share_settings: dict[str, dict[str, str]], scratch_cache: Path) -> dict[str, dict[str, str]]:
+    """Each clone's DVC settings: how results travel (gcl.cluster.workspace.Sharing), one cache for every clone (the
+    workspace's where the results travel through it, else `scratch_cache`), and links into it."""
+    settings = {section: dict(options) for section, options in share_settings.items()}
+    cache = settings.setdefault("cache", {})
+    cache.setdefault("dir", str(scratch_cache))
+    cache["type"] = LINKS
+    return settings
+
+
+def remove_clones(clones: list[Path]) -> list[Path]:
+    """Remove these clones (their cells' results are in DVC's run cache); returns those there were."""
+    removed = []
+    for clone in clones:
+        if clone.is_symlink():
+            raise ClusterError(f"{clone} is a symbolic link (to {clone.readlink()}): it is not followed. Fix: remove it")
+        if clone.exists():
+            shutil.rmtree(clone)
+            removed.append(clone)
+    return removed
+
+
 def write_local_config(workspace_config: Path, clone_config: Path, settings: dict[str, dict[str, str]]) -> None:
-    """The clone's .dvc/config.local: the workspace's (a remote's credentials, say) with `settings` over it."""
+    """The clone's .dvc/config.local, mode 0600: the workspace's (a remote's credentials, say) with `settings` over
+    it."""
     config = ConfigObj(str(workspace_config) if workspace_config.exists() else None)
     for section, options in settings.items():
         config.setdefault(section, {}).update(options)
     config.filename = None           # write() then returns the lines, written here whole or not at all
-    write_text(clone_config, "\n".join(config.write()) + "\n")
+    with atomic_path(clone_config) as tmp:
+        tmp.chmod(0o600)             # a remote's password: the clone's copy is the user's alone, before it is written
+        tmp.write_text("\n".join(config.write()) + "\n")
 
 
 def git(cwd: Path, *args: str, check: bool = True, fix: str = "") -> str:

@@ -4,6 +4,7 @@ the report. Only this workspace writes its dvc.lock. One driver per workspace at
 a later one waits for those still queued or running instead of submitting their cells again."""
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -11,14 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gcl.cluster import ClusterError, clones, workspace
-from gcl.cluster.executors import JobOptions, Jobs, local_executor, slurm_executor
-from gcl.cluster.job import CellJob, CellTask, dvc_command
-from gcl.cluster.records import DRIVER_LOCK, Scratch, Submission, SubmittedJob
-from gcl.cluster.watch import cell_views, summary_line
+from gcl.cluster.cleanup import refuse_live_commands, remove_idle_clones
+from gcl.cluster.executors import JobOptions, Jobs, local_executor, slot_gpus, slurm_executor
+from gcl.cluster.job import CellJob, CellTask, dvc_command, end_groups
+from gcl.cluster.records import DRIVER_LOCK, Scratch, Submission, SubmittedJob, read_attempts, write_attempts
+from gcl.cluster.watch import FINAL, cell_views, summary_line
 from gcl.cluster.workspace import Cell, Sharing
 from gcl.core.processes import RunLock, RunLockedError
 
-FINAL = ("done", "failed")
+CANCEL_WAIT_S = 600.0               # how long a cancelled job may take to end
 
 
 @dataclass
@@ -46,16 +48,18 @@ def drive(root: Path, plan: Plan, say: Callable[[str], None] = print) -> int:
         for cell in restored:
             say(f"in the run cache: train@{cell} (restored, not submitted)")
         jobs = Jobs(scratch.jobs)
-        submission, attached = earlier_jobs(root, scratch, jobs, {c.name for c in todo})
+        submission, attached = earlier_jobs(root, scratch, jobs, todo, say)
+        remove_idle_clones(scratch, submission, jobs, restored, say)
+        settings = clones.clone_settings(share.clone_settings, scratch.cache)
         for cell in sorted(attached):
             say(f"still queued or running from an earlier call: train@{cell} (job {submission.job_of()[cell]})")
         queue = [cell for cell in todo if cell.name not in attached]
         groups = [queue[i:i + plan.cells_per_job] for i in range(0, len(queue), plan.cells_per_job)]
         if groups:
+            refuse_live_commands(scratch, queue)
             if share.pull:
                 workspace.push_inputs(root, queue)
-            clones.sync_clones(clones.workspace_state(root), [scratch.clone(c.name) for c in queue],
-                               share.clone_settings)
+            clones.sync_clones(clones.workspace_state(root), [scratch.clone(c.name) for c in queue], settings)
         if not groups and not attached:
             say("every cell is in the run cache")
         else:
@@ -64,12 +68,14 @@ def drive(root: Path, plan: Plan, say: Callable[[str], None] = print) -> int:
             if not watch(submitter, groups, cells, attached, plan, say):
                 return 0                 # detached: the jobs run on
             if any(v.status == "failed" for v in cell_views(submission, jobs, scratch, cells)):
-                workspace.restore_or_list(root, share)      # the cells that are done, into this workspace
+                done, _ = workspace.restore_or_list(root, share)      # the cells that are done, into this workspace
+                remove_idle_clones(scratch, submission, jobs, done, say)
                 say("the cells above failed; the others are restored here. Run the command again: it submits only "
                     "the cells still missing, each resuming from the progress files in its clone")
                 return 1
         ran = workspace.gather(root, share)
         say(f"gathered: every cell restored from DVC's run cache; ran {', '.join(ran) if ran else 'nothing'}")
+        remove_idle_clones(scratch, submission, jobs, [c.name for c in todo], say)
         return 0
 
 
@@ -84,6 +90,14 @@ def status(root: Path, say: Callable[[str], None] = print) -> int:
         say(view.line())
     say(summary_line(views))
     return 0
+
+
+class DriverStopped(KeyboardInterrupt):
+    """Ctrl-C on the driver; `line` says what became of the jobs."""
+
+    def __init__(self, line: str):
+        super().__init__(line)
+        self.line = line
 
 
 @contextmanager
@@ -103,25 +117,42 @@ def driver_lock(root: Path):
         lock.__exit__()
 
 
-def earlier_jobs(root: Path, scratch: Scratch, jobs: Jobs, todo: set[str]) -> tuple[Submission, set[str]]:
+def earlier_jobs(root: Path, scratch: Scratch, jobs: Jobs, todo: list[Cell], say: Callable[[str], None] = print,
+                 deadline_s: float = CANCEL_WAIT_S) -> tuple[Submission, set[str]]:
     """The submission this call adds to (the earlier one, on the same scratch folder), and the cells to train whose
     latest job, submitted by an earlier driver, is still queued or running: this driver waits for it instead of
-    submitting the cell again. Jobs still running from another scratch folder are refused (their cells would train
-    twice, in two clones)."""
+    submitting the cell again. A job that trains a cell whose settings changed since (its run-cache key) is
+    cancelled, and waited for until it is over, so that its cells are submitted again into clones no job uses. Jobs
+    still running from another scratch folder are refused (their cells would train twice, in two clones)."""
     earlier = Submission.load(root)
     if earlier is None:
         return Submission(str(scratch.root), str(scratch.jobs)), set()
     same = Path(earlier.scratch) == scratch.root
     latest = earlier.job_of()
     handles = jobs if same else Jobs(Path(earlier.folder))
-    active = {cell for cell in todo & set(latest)
+    keys = {cell.name: cell.key for cell in todo}
+    active = {cell for cell in set(keys) & set(latest)
               if handles.phase(earlier.jobs[latest[cell]].executor, latest[cell]).name != "over"}
-    if same:
-        return earlier, active
-    if active:
-        raise ClusterError(f"jobs submitted with --scratch {earlier.scratch} still train {', '.join(sorted(active))}: "
-                           f"run with that --scratch (it waits for them), or wait for them to end")
-    return Submission(str(scratch.root), str(scratch.jobs)), set()
+    if not same:
+        if active:
+            raise ClusterError(f"jobs submitted with --scratch {earlier.scratch} still train {', '.join(sorted(active))}:"
+                               f" run with that --scratch (it waits for them), or wait for them to end")
+        return Submission(str(scratch.root), str(scratch.jobs)), set()
+    obsolete = {latest[cell] for cell in active if earlier.jobs[latest[cell]].keys.get(cell, keys[cell]) != keys[cell]}
+    for job_id in sorted(obsolete):
+        handles.cancel(earlier.jobs[job_id].executor, job_id)
+    end = time.monotonic() + deadline_s
+    for job_id in sorted(obsolete):
+        while handles.phase(earlier.jobs[job_id].executor, job_id, fresh=True).name != "over":
+            if time.monotonic() > end:
+                raise ClusterError(f"job {job_id}, cancelled (its cells' settings changed), has not ended after "
+                                   f"{deadline_s:.0f} s: run again once it has (`python -m gcl.cluster --status`)")
+            time.sleep(1.0)
+        for cell in sorted(c for c in active if latest[c] == job_id):
+            changed = "its settings changed" if earlier.jobs[job_id].keys.get(cell) != keys[cell] else \
+                "its job's other cell's settings changed"
+            say(f"cancelled train@{cell} (job {job_id}): {changed} since it was submitted; submitted again")
+    return earlier, {cell for cell in active if latest[cell] not in obsolete}
 
 
 class Submitter:
@@ -132,15 +163,21 @@ class Submitter:
         self.options, self.scratch, self.share, self.submission, self.jobs, self.root = \
             options, scratch, share, submission, jobs, root
         self.slots: dict[int, str] = {}        # local executor: slot -> the job using it (its GPUs)
+        # local executor: each slot's CUDA_VISIBLE_DEVICES (None: the user's own), refused here if the GPUs are too few
+        self.slot_gpus = slot_gpus(options, dict(os.environ)) if options.executor == "local" else []
 
-    def task(self, cell: Cell) -> CellTask:
+    def task(self, cell: Cell, slot: int | None = None) -> CellTask:
         if self.share.pull:
             commands = (dvc_command("repro", "--pull", "--single-item", cell.stage),
                         dvc_command("push", "--run-cache", cell.stage))
         else:
             commands = (dvc_command("checkout", "--quiet", *cell.deps), dvc_command("repro", "--single-item", cell.stage))
+        environment = {}            # Slurm sets CUDA_VISIBLE_DEVICES to the job's GPUs itself
+        if slot is not None:        # submitit's local job hid or renumbered them: the slot's share, or the user's own
+            gpus = self.slot_gpus[slot]
+            environment["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES") if gpus is None else gpus
         return CellTask(cell.name, str(self.scratch.clone(cell.name)), commands, str(self.scratch.record(cell.name)),
-                        str(self.scratch.log(cell.name)))
+                        str(self.scratch.log(cell.name)), environment, self.options.gpus)
 
     def submit_all(self, groups: list[list[Cell]]) -> None:
         """Slurm: every group at once, as one array throttled to --max-parallel."""
@@ -159,13 +196,35 @@ class Submitter:
         return [s for s in slots if s not in self.slots or self.jobs.phase("local", self.slots[s]).name == "over"]
 
     def submit_local(self, group: list[Cell], slot: int) -> None:
-        gpus = tuple(range(slot * self.options.gpus, (slot + 1) * self.options.gpus))
-        job = local_executor(self.scratch.jobs, self.options, gpus).submit(CellJob([self.task(c) for c in group]))
+        job = local_executor(self.scratch.jobs, self.options).submit(CellJob([self.task(c, slot) for c in group]))
         self.slots[slot] = self._record(job, group)
+
+    def stop_local(self) -> list[str]:
+        """Ctrl-C: stop the local jobs this driver started, and end their cells' commands (SIGINT to each process
+        group, SIGKILL to what is left after the grace); an attempt no one ended is written down as stopped. Returns
+        the cells stopped."""
+        mine = {job_id: job for job_id, job in self.submission.jobs.items() if job_id in self.jobs.mine}
+        for job_id in mine:
+            self.jobs.handle(job_id).cancel()          # SIGINT to its controller, which stops the job's process
+        running = []
+        for job_id, job in mine.items():
+            for cell in job.cells:
+                attempts = read_attempts(self.scratch.record(cell))
+                if attempts and attempts[-1].job == job_id and attempts[-1].outcome is None:
+                    running.append((cell, attempts[-1].group))
+        end_groups([group for _, group in running if group])
+        for cell, _ in running:
+            attempts = read_attempts(self.scratch.record(cell))
+            if attempts[-1].outcome is None:           # its job was killed before it could say so
+                attempts[-1].outcome, attempts[-1].detail = "stopped", "stopped with the driver (Ctrl-C)"
+                attempts[-1].ended = attempts[-1].seen = time.time()
+                write_attempts(self.scratch.record(cell), cell, attempts)
+        return [cell for cell, _ in running]
 
     def _record(self, job, group: list[Cell]) -> str:
         job_id = self.jobs.add(job)
-        self.submission.jobs[job_id] = SubmittedJob(self.options.executor, [c.name for c in group], self.options.gpus)
+        self.submission.jobs[job_id] = SubmittedJob(self.options.executor, [c.name for c in group], self.options.gpus,
+                                                    keys={c.name: c.key for c in group})
         self.submission.save(self.root)
         return job_id
 
@@ -184,6 +243,21 @@ def watch(submitter: Submitter, groups: list[list[Cell]], cells: set[str], attac
         submitter.submit_all(queue)
         queue = []
     seen: dict[str, tuple] = {cell: ("pending", 0) for cell in attached}
+    try:
+        return _watch(submitter, queue, cells, seen, plan, say)
+    except KeyboardInterrupt:
+        if not local:
+            raise DriverStopped("stopped: Slurm jobs already submitted run on (`python -m gcl.cluster --status`); the "
+                                "same command run again waits for them and gathers") from None
+        stopped = submitter.stop_local()
+        raise DriverStopped(f"stopped: the local jobs were stopped with their cells' commands ({len(stopped)} cells: "
+                            f"{', '.join(stopped) or 'none running'}); their checkpoints stay in their clones, and the "
+                            "same command run again resumes them") from None
+
+
+def _watch(submitter: Submitter, queue: list[list[Cell]], cells: set[str], seen: dict[str, tuple], plan: Plan,
+           say: Callable[[str], None]) -> bool:
+    local = plan.job.executor == "local"
     while True:
         if local:
             for slot in submitter.free_slots():

@@ -4,10 +4,16 @@ Every attempt is written down in the cell's record and its output appended to th
 
 Stopping, and nothing lost: when Slurm warns of a preemption or of the time limit (SIGUSR2, which submitit handles;
 the local executor sends it at its own time-out), submitit calls `checkpoint`, which stops the cells' processes
-(SIGINT, then SIGKILL: a train stage's progress files are written whole or not at all) and has the job requeued
-with the same cells; the next attempt finds each cell's progress files in its clone and resumes from them. Slurm
-also signals every process of a job it preempts or cancels: a command killed by a signal from outside is not a
-failure of the cell, so the job waits for its requeue (or its end) instead of reporting one.
+(SIGINT, the train stage's graceful stop, then SIGKILL: a train stage's progress files are written whole or not at
+all) and has the job requeued with the same cells; the next attempt finds each cell's progress files in its clone
+and resumes from them. Slurm signals every process of a job step, not the job's alone: its SIGUSR2 warning, and
+the SIGTERM of a preemption, a requeue (`scontrol requeue`), a cancel or the end of the time limit. The cells'
+commands ignore both (they are started so), and the job, on SIGTERM, stops them as above: the train stage sees
+SIGINT, never SIGTERM (which would end it at once). A command killed by a signal from outside (SIGKILL, at the end
+of Slurm's grace) is not a failure of the cell, so the job waits for its requeue (or its end) instead of reporting
+one. Every command runs in a process group of its own, written down in the cell's record: whatever it leaves behind
+is ended with it (the SIGTERM a train stage asks the kernel for when its parent dies is ignored too, so the group is
+what ends it: here, and at a job's end by Slurm), and the driver can end it when it is stopped itself (Ctrl-C).
 
 A killed DVC leaves its locks behind in the clone: its entries in .dvc/tmp/rwlock (which block the next attempt where
 their process id has been given to another process, on this node or on the one the job is requeued to), the file
@@ -23,17 +29,18 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import submitit
 
-from gcl.cluster.records import Attempt, read_attempts, write_attempts
+from gcl.cluster.records import HEARTBEAT_S, Attempt, read_attempts, write_attempts
 
-HEARTBEAT_S = 60.0            # how often a running cell's record says it is alive (for the GPU-hours of a lost job)
 STOP_GRACE_S = 20.0           # SIGINT to SIGKILL when the job stops its cells
 OUTSIDE_STOP_WAIT_S = 300.0   # how long a job whose commands were killed from outside waits to be requeued or ended
 OUTSIDE_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGKILL, signal.SIGUSR2, signal.SIGHUP}
+STOPPED_BY_SIGTERM = "stopped by SIGTERM (preempted, requeued, cancelled or out of time): the train stage was sent SIGINT"
+IGNORED_BY_COMMANDS = (signal.SIGTERM, signal.SIGUSR2)      # Slurm's, sent to every process of the job's step
 DVC_LOCKS = (".dvc/tmp/rwlock", ".dvc/tmp/rwlock.lock", ".dvc/tmp/lock")   # DVC's, relative to the clone
 
 
@@ -43,12 +50,16 @@ class CellsFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class CellTask:
-    """One cell as a job runs it: its clone, the commands to run there in order, its record and its log."""
+    """One cell as a job runs it: its clone, the commands to run there in order, its record and its log; what its
+    commands' environment changes (a value None removes the variable), and the GPUs its job asked for (a cell that
+    would see none stops before its first command, rather than train on the CPU)."""
     cell: str
     clone: str
     commands: tuple[tuple[str, ...], ...]
     record: str
     log: str
+    environment: dict[str, str | None] = field(default_factory=dict)
+    gpus: int = 0
 
 
 class CellJob(submitit.helpers.Checkpointable):
@@ -63,17 +74,25 @@ class CellJob(submitit.helpers.Checkpointable):
     def __call__(self) -> list[str]:
         environment = submitit.JobEnvironment()
         self._cells = [RunningCell(task, environment.job_id, socket.gethostname()) for task in self.tasks]
-        for cell in self._cells:
-            cell.start()
-        beat = time.monotonic()
-        while any(cell.process is not None for cell in self._cells):
-            time.sleep(0.5)
+        self._terminated = False
+        signal.signal(signal.SIGTERM, self._sigterm)       # over submitit's, which only logs it
+        try:
             for cell in self._cells:
-                cell.poll()
-            if time.monotonic() - beat > HEARTBEAT_S:
-                beat = time.monotonic()
+                cell.start()
+            beat = time.monotonic()
+            while any(cell.process is not None for cell in self._cells):
+                time.sleep(0.5)
+                if self._terminated:
+                    self._stop_cells(STOPPED_BY_SIGTERM)
                 for cell in self._cells:
-                    cell.beat()
+                    cell.poll()
+                if time.monotonic() - beat > HEARTBEAT_S:
+                    beat = time.monotonic()
+                    for cell in self._cells:
+                        cell.beat()
+        except KeyboardInterrupt:         # the local executor's job, stopped with its driver (Ctrl-C)
+            self._stop_cells("stopped with the driver (Ctrl-C)")
+            raise
         if any(cell.outcome == "stopped" for cell in self._cells):
             time.sleep(OUTSIDE_STOP_WAIT_S)       # Slurm requeues or ends this job meanwhile
         failed = [f"train@{c.task.cell}: {c.detail}" for c in self._cells if c.outcome != "done"]
@@ -83,9 +102,16 @@ class CellJob(submitit.helpers.Checkpointable):
 
     def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
         """Called by submitit on SIGUSR2 (preemption, time-out): stop the cells, and be requeued as submitted."""
-        for cell in getattr(self, "_cells", []):
-            cell.stop("stopped for a requeue (preempted or timed out)")
+        self._stop_cells("stopped for a requeue (preempted or timed out)")
         return super().checkpoint(*args, **kwargs)
+
+    def _sigterm(self, signum, frame) -> None:
+        self._terminated = True           # the loop stops the cells (a handler should not wait on processes)
+
+    def _stop_cells(self, why: str) -> None:
+        self._terminated = False
+        for cell in getattr(self, "_cells", []):
+            cell.stop(why)
 
 
 class RunningCell:
@@ -107,6 +133,9 @@ class RunningCell:
                       f"{time.strftime('%Y-%m-%d %H:%M:%S')}, in {self.task.clone}\n")
             if removed:
                 log.write(f"=== removed the DVC lock files an earlier DVC left in the clone: {', '.join(removed)}\n")
+        if self.task.gpus and (missing := missing_gpus(self.task.gpus, cell_environment(self.task))):
+            self._finish("failed", missing)
+            return
         self._launch()
 
     def _launch(self) -> None:
@@ -115,14 +144,16 @@ class RunningCell:
             log.write(f"$ {shlex.join(command)}\n")
             log.flush()
             # a session of its own: stop() reaches the command and every process it starts
-            self.process = subprocess.Popen(command, cwd=self.task.clone, env=cell_environment(self.task.clone),
+            self.process = subprocess.Popen(command, cwd=self.task.clone, env=cell_environment(self.task),
                                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True, preexec_fn=_ctrl_c_stops)
+                                            start_new_session=True, preexec_fn=_command_signals)
+        self._update(group=self.process.pid)
 
     def poll(self) -> None:
-        if self.process is None or (code := self.process.poll()) is None:
+        if self.process is None or not _exited(self.process):
             return
-        self.process = None
+        _signal_group(self.process, signal.SIGKILL)     # what it left in its group (its pid, unreaped, is still its)
+        code, self.process = self.process.wait(), None
         if code == 0:
             self.step += 1
             if self.step < len(self.task.commands):
@@ -141,12 +172,7 @@ class RunningCell:
         process, self.process = self.process, None
         if process is None:
             return
-        _signal_group(process, signal.SIGINT)
-        try:
-            process.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
-        _signal_group(process, signal.SIGKILL)      # and whatever the command left behind in its group
+        end_groups([process.pid])
         process.wait()
         self._finish("stopped", why)
 
@@ -180,13 +206,35 @@ def remove_dvc_locks(clone: Path) -> list[str]:
     return removed
 
 
-def cell_environment(clone: str) -> dict[str, str]:
+def cell_environment(task: CellTask) -> dict[str, str]:
     """The commands' environment: the clone's own code first on the import path (the train stage must run the code
-    its settings were resolved for), and cold stages (a warm server per job would outlive nothing and save ~1 s)."""
+    its settings were resolved for), cold stages (a warm server per job would outlive nothing and save ~1 s), and
+    the task's own changes (its GPUs)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SUBMITIT_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(clone) / "src"), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(task.clone) / "src"), *filter(None, [env.get("PYTHONPATH")])])
     env["GCL_WARM"] = "0"
+    for name, value in task.environment.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     return env
+
+
+GPU_COUNT = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
+
+
+def missing_gpus(asked: int, env: dict[str, str]) -> str:
+    """Why a cell whose job asked for `asked` GPUs would train on the CPU (torch, in the cell's environment, sees
+    none), in one line; "" when it sees one."""
+    done = subprocess.run([sys.executable, "-c", GPU_COUNT], env=env, capture_output=True, text=True, timeout=600)
+    seen = done.stdout.strip()
+    if done.returncode == 0 and seen.isdigit() and int(seen) > 0:
+        return ""
+    why = f"torch sees {seen} CUDA devices" if done.returncode == 0 else f"torch could not be asked ({done.returncode})"
+    return (f"its job asked for {asked} GPU(s) (--gpus), but {why} with CUDA_VISIBLE_DEVICES="
+            f"{env.get('CUDA_VISIBLE_DEVICES', '(unset)')!r}: it would train on the CPU. Fix: run it where a GPU is "
+            "visible (a GPU partition, --setup 'module load cuda'), or without --gpus to train on the CPU")
 
 
 def dvc_command(*args: str) -> tuple[str, ...]:
@@ -194,9 +242,64 @@ def dvc_command(*args: str) -> tuple[str, ...]:
     return (sys.executable, "-m", "dvc", *args)
 
 
-def _ctrl_c_stops() -> None:
-    """SIGINT stops the command even where the job was started with it ignored (a background shell)."""
+def _command_signals() -> None:
+    """A cell's command: SIGINT stops it even where the job was started with it ignored (a background shell);
+    Slurm's SIGTERM and SIGUSR2, which reach every process of the job's step, are the job's to act on."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    for sig in IGNORED_BY_COMMANDS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def _exited(process: subprocess.Popen) -> bool:
+    """Whether `process` ended, without reaping it (its pid, and so its process group's id, stays its own)."""
+    try:
+        return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:        # reaped already
+        return True
+
+
+def group_members(group: int) -> list[int]:
+    """The live processes (zombies aside) of process group `group`, from /proc (Linux)."""
+    members = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit():
+                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()     # after "(comm)": state ppid pgrp
+                if int(fields[2]) == group and fields[0] != "Z":
+                    members.append(int(proc.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return members
+
+
+def end_groups(groups: list[int], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGINT to every process of each group (the train stage's graceful stop), SIGKILL to those left after
+    `grace_s`."""
+    for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGKILL, 10.0)):
+        for group in groups:
+            try:
+                os.killpg(group, sig)
+            except (ProcessLookupError, PermissionError):     # ended, or its id is now another user's
+                pass
+        end = time.monotonic() + wait_s
+        while any(group_members(g) for g in groups) and time.monotonic() < end:
+            time.sleep(0.1)
+
+
+def commands_left(attempt, clone: Path) -> list[int]:
+    """The processes of an attempt's command still at work in `clone`, on this host: its process group's members
+    whose working folder is inside the clone (a reused group id is another's), [] where it ended or ran elsewhere."""
+    if attempt is None or attempt.outcome is not None or not attempt.group or attempt.host != socket.gethostname():
+        return []
+    left = []
+    for pid in group_members(attempt.group):
+        try:
+            cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+        except OSError:
+            continue
+        if cwd == clone or clone in cwd.parents:
+            left.append(pid)
+    return left
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:

@@ -12,6 +12,7 @@ from gcl.cluster.executors import Jobs
 from gcl.cluster.records import Attempt, Scratch, Submission, read_attempts
 
 STATUSES = ("done", "running", "pending", "failed")     # the summary's; "requeued" counts as pending
+FINAL = ("done", "failed")                               # a cell's statuses (and its attempts' outcomes) that end it
 LAST_LINES = 3
 REQUEUED = {"REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "PREEMPTED"}
 

@@ -30,9 +30,12 @@ class Sharing:
 
 @dataclass(frozen=True)
 class Cell:
-    """A train stage to run: the run's key, and the paths it depends on (what a job must fetch first)."""
+    """A train stage to run: the run's key, the paths it depends on (what a job must fetch first), and its settings
+    as DVC's run cache keys them (its command, dependencies' hashes and parameters: a job trained for another key
+    trains what the workspace no longer asks for)."""
     name: str
     deps: tuple[str, ...]
+    key: str = ""
 
     @property
     def stage(self) -> str:
@@ -107,8 +110,17 @@ def restore_or_list(root: Path, share: Sharing) -> tuple[list[str], list[Cell]]:
                 repo.stage_cache.restore(stage, pull=share.pull)
                 restored.append(stage.addressing.removeprefix("train@"))
             except RunCacheNotFoundError:
-                todo.append(Cell(stage.addressing.removeprefix("train@"), tuple(d.def_path for d in stage.deps)))
+                todo.append(Cell(stage.addressing.removeprefix("train@"), tuple(d.def_path for d in stage.deps),
+                                 run_cache_key(stage)))
     return restored, todo
+
+
+def run_cache_key(stage) -> str:
+    """The key DVC's run cache files the stage under (its dependencies' hashes were saved by the failed restore);
+    "" where DVC cannot key it."""
+    # DVC's own, so that the key is the one its run cache uses
+    from dvc.stage.cache import _can_hash, _get_stage_hash
+    return _get_stage_hash(stage) if _can_hash(stage) else ""
 
 
 def gather(root: Path, share: Sharing) -> list[str]:

@@ -162,9 +162,12 @@ class ImageFiles:
                                                      "read. Fix: archive the files without --sparse.")
                         elif member.isfile():
                             self.tar_members[name] = (member.offset_data, member.size)
-                        else:
-                            self.tar_unread[name] = ("a link inside the archive, which is not read. Fix: archive "
-                                                     "the files themselves (tar --dereference).")
+                        elif member.issym():
+                            self.tar_unread[name] = ("a symbolic link inside the archive, which is not read. Fix: "
+                                                     "archive the files themselves (tar --dereference).")
+                        else:        # GNU tar stores a file's second name as a hard link, even with --dereference
+                            self.tar_unread[name] = ("a hard link inside the archive, which is not read. Fix: "
+                                                     "archive each name as a file of its own (tar --hard-dereference).")
         except READ_ERRORS as exc:
             raise SourceError(f"{self.where} cannot be read as a tar archive ({type(exc).__name__}: {exc}): it is "
                               f"truncated or damaged. Supply a complete copy. {self.fix}") from exc
