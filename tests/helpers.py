@@ -64,3 +64,22 @@ def small_er_run(seeds: list[int], stack: bool | str = False):
     bench["config"] = spec.data.model_dump(mode="json")
     save_tensors("data/benchmarks/mnist-360/benchmark.pt", bench)
     return spec
+
+
+
+class CountingNet(torch.nn.Module):
+    """A backbone-like net that records the size of every batch it is passed (a deep copy of it too): a Linear +
+    BatchNorm1d body (flat inputs), whose batch statistics tell one pass from two, and a linear classifier."""
+
+    def __init__(self, features: int, hidden: int, classes: int):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(features, hidden), torch.nn.BatchNorm1d(hidden))
+        self.classifier = torch.nn.Linear(hidden, classes)
+        self.passes = []
+
+    def features(self, x):
+        return self.body(x)
+
+    def forward(self, x):
+        self.passes.append(len(x))
+        return self.classifier(self.features(x))

@@ -11,7 +11,7 @@ from gcl.core.backbones import CosineClassifier, build_backbone
 from gcl.data.transforms import to_unit_float
 from gcl.methods import METHODS, MethodContext
 from gcl.training.stacked_train import unstackable
-from helpers import run_settings, small_er_run
+from helpers import CountingNet, run_settings, small_er_run
 
 CPU = torch.device("cpu")
 
@@ -46,28 +46,12 @@ def test_the_cosine_head_leaves_the_body_as_the_linear_one_draws_it():
         build_backbone("mlp", (1, 28, 28), 10, head="arc")
 
 
-class Tiny(torch.nn.Module):
-    """A backbone-like net with BatchNorm (whose batch statistics tell one pass from two) that counts its passes."""
-
-    def __init__(self):
-        super().__init__()
-        self.body = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
-        self.classifier = torch.nn.Linear(3, 4)
-        self.passes = []
-
-    def features(self, x):
-        return self.body(x)
-
-    def forward(self, x):
-        self.passes.append(len(x))
-        return self.classifier(self.features(x))
-
-
 def make(name: str, buffer: int = 8, **cfg):
     torch.manual_seed(0)
     ctx = MethodContext(device=CPU, n_classes=4, train_transform=lambda v: v.float(),
                         generator=torch.Generator().manual_seed(0), plain_transform=to_unit_float)
-    return METHODS[name](Tiny(), run_settings(name, buffer, **{"lr": 0.1, "batch": 4, "replay_batch": 2, **cfg}), ctx)
+    settings = run_settings(name, buffer, **{"lr": 0.1, "batch": 4, "replay_batch": 2, **cfg})
+    return METHODS[name](CountingNet(4, 3, 4), settings, ctx)
 
 
 def fill(m, n: int = 8):

@@ -16,7 +16,7 @@ from gcl.core.results import TIMINGS
 from gcl.methods import METHODS, MethodContext
 from gcl.methods.star import masked_kl
 from gcl.training.train import run_seed
-from helpers import run_settings
+from helpers import CountingNet, run_settings
 
 CPU = torch.device("cpu")
 # the classifier logits = W x + b: which samples it gets right is read off by hand
@@ -282,23 +282,6 @@ def test_mammoths_start_gives_the_numbers_of_no_noise_over_a_seed(tiny_mnist360)
     assert seed_numbers(bench, cfg, "er-star", lam=0.5, gamma=0.1, init_noise=0.0) == mammoth
 
 
-class Counting(nn.Module):
-    """A backbone with BatchNorm that records the size of each batch it is passed (its deep copy, the proxy, too)."""
-
-    def __init__(self):
-        super().__init__()
-        self.body = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
-        self.classifier = nn.Linear(4, 3)
-        self.passes = []
-
-    def features(self, x):
-        return self.body(x)
-
-    def forward(self, x):
-        self.passes.append(len(x))
-        return self.classifier(self.features(x))
-
-
 @pytest.mark.parametrize("case", ["applied", "skipped"])
 def test_the_passes_a_step_makes_and_batchnorms_statistics_as_mammoths(case):
     """A STAR step passes its batch through the network at theta (no grad), the proxy, then the network at theta +
@@ -307,7 +290,7 @@ def test_the_passes_a_step_makes_and_batchnorms_statistics_as_mammoths(case):
     torch.manual_seed(0)
     ctx = MethodContext(device=CPU, n_classes=3, train_transform=lambda v: v.float(), generator=torch.Generator().manual_seed(0))
     cfg = {"star_samples": "all"} if case == "applied" else {"min_correct": 4}
-    m = METHODS["er-star"](Counting(), run_settings("er-star", 10, lr=LR, batch=2, replay_batch=4, **cfg), ctx)
+    m = METHODS["er-star"](CountingNet(3, 4, 3), run_settings("er-star", 10, lr=LR, batch=2, replay_batch=4, **cfg), ctx)
     m.buffer.add(examples=BUF_X.float(), labels=BUF_Y)
     fix_draws(m, [0, 2, 3, 1], [4, 5])
     sx = BUF_X[[0, 2, 3, 1]].float()
