@@ -10,6 +10,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
+from gcl.core.backbones import HEADS
 from gcl.core.buffer import ReservoirBuffer
 from gcl.core.settings import Settings, derived_model
 
@@ -42,7 +43,7 @@ class MethodSettings(Settings):
 
     lr: float = Field(gt=0, description="learning rate of plain SGD (no momentum, no weight decay)")
     batch: int = Field(gt=0, description="stream batch size")
-    head: Literal["linear", "cosine"] = Field("linear", description="the classifier: linear, or cosine (ER-ACE's "
+    head: Literal[HEADS] = Field("linear", description="the classifier: linear, or cosine (ER-ACE's "
                                               "reference head: scores are head_scale x cosine similarities)")
     head_scale: float = Field(10.0, gt=0, description="the cosine head's scale (head: cosine; the reference's 10)")
 
@@ -140,7 +141,7 @@ class Method(CarriesState):
     capturable: ClassVar[bool] = False
     # the classifiers (MethodSettings.head) it can train: a method that reaches into the linear head's bias, or
     # predicts without the backbone, takes only the linear one
-    heads: ClassVar[tuple[str, ...]] = ("linear", "cosine")
+    heads: ClassVar[tuple[str, ...]] = HEADS
     Settings: ClassVar[type[MethodSettings]] = MethodSettings
     Run: ClassVar[type[RunSettings]]     # RunSettings + Settings, the buffer typed by uses_buffer (@register)
 

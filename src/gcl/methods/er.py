@@ -32,12 +32,12 @@ class ER(Method):
     def observe(self, x, y, x_raw):
         if self.buffer.is_empty():
             loss = F.cross_entropy(self.net(x), y)
-        elif self.cfg.replay_pass == "joint":
-            buf_x, buf_y = self.replay_batch(self.cfg.replay_batch, "labels")
-            loss = F.cross_entropy(self.net(torch.cat([x, buf_x])), torch.cat([y, buf_y]))
         else:
             buf_x, buf_y = self.replay_batch(self.cfg.replay_batch, "labels")
-            loss = F.cross_entropy(self.net(x), y) + F.cross_entropy(self.net(buf_x), buf_y)
+            if self.cfg.replay_pass == "joint":
+                loss = F.cross_entropy(self.net(torch.cat([x, buf_x])), torch.cat([y, buf_y]))
+            else:
+                loss = F.cross_entropy(self.net(x), y) + F.cross_entropy(self.net(buf_x), buf_y)
         loss = self.sgd_step(loss)
         self.buffer.add(examples=x_raw, labels=y)
         return loss
