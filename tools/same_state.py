@@ -1,0 +1,125 @@
+"""Whether two checkouts' train code computes the same seed: the evidence for carrying a finished run from one
+commit's workspace to another's (`dvc commit -f`) instead of training it again.
+
+    # in a workspace (its params.yaml and data/benchmarks/), once with each checkout's library:
+    PYTHONPATH=<old checkout>/src python tools/same_state.py save <run> <seed> old.pt
+    PYTHONPATH=<new checkout>/src python tools/same_state.py save <run> <seed> new.pt
+    python tools/same_state.py compare old.pt new.pt
+
+`save` trains one seed of a run of params.yaml as its train stage would (same benchmark file, settings, compile mode,
+one thread) up to the first checkpoint the training loop writes (the first task's end, or the first
+`checkpoint_minutes` on a stream without task ends) and saves that checkpoint's state: the method's (network,
+BatchNorm statistics, buffer, its own attributes), the loop's (step, evaluations, loss sums) and every random state.
+`compare` prints every tensor or value that differs (timings aside) and exits 1 if any does, 0 if none (and says how
+many tensors and numbers it compared). The same state after a task means the same function of the same inputs so far,
+not a proof for the steps after; the closing note says how far it was run.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+
+class _Saved(Exception):
+    """Raised by the checkpoint once it has written the state: the seed stops there."""
+
+
+def save(run_key: str, seed: int, out: Path) -> None:
+    from gcl.config import load_params, resolve_run, resolve_runtime
+    from gcl.core.devices import resolve_device
+    from gcl.core.layout import benchmark_file
+    from gcl.data.benchmarks import load_benchmark
+    from gcl.methods import METHODS
+    from gcl.training.checkpoint import Checkpoint
+    from gcl.training.compilation import compile_mode
+    from gcl.training.train import run_seed
+
+    class FirstCheckpoint(Checkpoint):
+        def load(self, say):                  # never resume: the seed starts from its beginning
+            return None
+
+        def save(self, state: dict) -> None:
+            torch.save(state, out)
+            raise _Saved
+
+    torch.set_num_threads(1)
+    params = load_params()
+    spec = resolve_run(params, run_key)
+    device = resolve_device(spec.device)
+    bench = load_benchmark(str(benchmark_file(spec.run.benchmark)), spec.data)
+    compiled = compile_mode(spec.benchmark.compile, device, METHODS[spec.run.algorithm])
+    every = 60.0 * resolve_runtime(params)["checkpoint_minutes"]
+    try:
+        run_seed(bench, spec.benchmark, spec.run, seed, device, 0, None,
+                 FirstCheckpoint(out.with_suffix(".unused"), "-", every), compiled)
+    except _Saved:
+        print(f"saved {out}: {run_key}, seed {seed}, at its first checkpoint")
+        return
+    sys.exit(f"error: {run_key} seed {seed} finished without writing a checkpoint: nothing to compare")
+
+
+def differences(a, b, path: str = ""):
+    """Every place where two saved states differ: tensors by value, dtype and shape, the rest by equality; timings
+    (a key holding 'seconds' or 'time') are skipped."""
+    if any(word in path.rsplit("/", 1)[-1].lower() for word in ("seconds", "time")):
+        return
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
+                and a.shape == b.shape and torch.equal(a, b)):
+            yield path or "/"
+    elif isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(a.keys() ^ b.keys(), key=str):
+            yield f"{path}/{key} (in one state only)"
+        for key in sorted(a.keys() & b.keys(), key=str):
+            yield from differences(a[key], b[key], f"{path}/{key}")
+    elif isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
+        for i, (u, v) in enumerate(zip(a, b)):
+            yield from differences(u, v, f"{path}[{i}]")
+    elif a != b:
+        yield f"{path or '/'}: {a!r} != {b!r}"
+
+
+def tensors(state) -> tuple[int, int]:
+    """(tensors, numbers) a state holds."""
+    if isinstance(state, torch.Tensor):
+        return 1, state.numel()
+    items = state.values() if isinstance(state, dict) else state if isinstance(state, (list, tuple)) else ()
+    counts = [tensors(item) for item in items]
+    return sum(c[0] for c in counts), sum(c[1] for c in counts)
+
+
+def compare(first: Path, second: Path) -> int:
+    a, b = (torch.load(path, map_location="cpu", weights_only=True) for path in (first, second))
+    found = list(differences(a, b))
+    n, numbers = tensors(a)
+    if found:
+        print(f"{len(found)} difference(s) between {first} and {second}:")
+        print("\n".join(f"  {d}" for d in found[:50]))
+        return 1
+    print(f"the same state: {n} tensors ({numbers:,} numbers) and every other value equal")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("save", help="train a seed to its first checkpoint and save the state")
+    s.add_argument("run")
+    s.add_argument("seed", type=int)
+    s.add_argument("out", type=Path)
+    c = sub.add_parser("compare", help="compare two saved states")
+    c.add_argument("first", type=Path)
+    c.add_argument("second", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "save":
+        save(args.run, args.seed, args.out)
+        return 0
+    return compare(args.first, args.second)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
