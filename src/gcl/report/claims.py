@@ -4,10 +4,15 @@
 - Figure 4 (report.sensitivity): a section in tables.md naming the figure and its data, and one line per sweep
   stating its `span` (the range of Class-IL means between two values) and `changes` (from one point to another),
   each mean with its seeds' std and each difference with its 95% interval, and whether the claim declared with it
-  (flat, rises, falls) holds.
+  (flat, rises, falls) holds, does not hold, or is not decided.
 - Table 3 (report.ablation): a line per buffer under the table: each component helps where the configuration with
-  it beats the same configuration without it (interval above 0), counted over every such pair, and the full method
-  is best where it beats every other configuration so; the pairs that fail are named.
+  it beats the same configuration without it (interval above 0), hurts where it loses so (interval below 0), counted
+  over every such pair, and the full method is best where it beats every other configuration so; the pairs that do
+  not show a gain are named.
+
+Every claim has three outcomes, never two: it holds where the interval lies on the claim's side of its bound, does
+not hold where it lies on the other side, and is not decided where it reaches both (too few seeds to tell), so that
+a sweep of 2 seeds a point is not read as refuting what it cannot measure.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from gcl.report.common import ReportError
-from gcl.report.comparison import LEVEL, Difference, difference, interval_text
+from gcl.report.comparison import LEVEL, TIE_WITHIN, Difference, difference, interval_text
 from gcl.report.display import Display, buffer_text, fmt_mean_std
 from gcl.report.figures import SENSITIVITY
 from gcl.report.plot_data import SweepPanel, SweepPoint
@@ -27,22 +32,44 @@ from gcl.report.settings import Ablation, Change, ReportSettings, Span, Sweep
 # ---------------------------------------------------------------------------- a claim decided on an interval
 
 
-def verdict(d: Difference, holds: bool, claim: str) -> str:
-    """`: the paper's "<claim>" holds` (or does not hold); not decided where the difference has no interval."""
+def verdict(d: Difference, holds: bool | None, claim: str) -> str:
+    """`: the paper's "<claim>" holds` (True), does not hold (False) or is not decided (None, or no interval)."""
     if not d.has_interval:
         return f': the paper\'s "{claim}" is not decided (an interval needs 2 seeds a side)'
+    if holds is None:
+        return f': the paper\'s "{claim}" is not decided (the interval reaches both sides of its bound)'
     return f': the paper\'s "{claim}" ' + ("holds" if holds else "does not hold")
 
 
-def change_holds(d: Difference, change: Change) -> bool:
-    """rises: the interval lies above `by`; falls: below −`by` (only with an interval)."""
-    return d.has_interval and (d.low > change.by if change.claim == "rises" else d.high < -change.by)
+def _side(low: float, high: float, bound: float) -> bool | None:
+    """True where the interval [low, high] lies above `bound`, False where below it, None where it holds it."""
+    return True if low > bound else False if high < bound else None
 
 
-def span_holds(d: Difference, span: Span) -> bool:
-    """flat: highest − lowest is not told apart from 0 (its interval holds 0), or with `within`, is shown smaller
-    than `within` (the interval's upper end under it)."""
-    return d.has_interval and (d.low <= 0 if span.within is None else d.high < span.within)
+def change_holds(d: Difference, change: Change) -> bool | None:
+    """rises: holds where the interval lies above `by`, fails where it lies below; falls: holds where it lies below
+    −`by`, fails where it lies above; None where it holds the bound (or has no interval)."""
+    if not d.has_interval:
+        return None
+    if change.claim == "rises":
+        return _side(d.low, d.high, change.by)
+    above = _side(d.low, d.high, -change.by)
+    return None if above is None else not above
+
+
+def span_within(span: Span) -> float:
+    """The points highest − lowest must be shown under for "barely matters" (the comparisons' tie bound unless
+    `within` says otherwise)."""
+    return TIE_WITHIN if span.within is None else span.within
+
+
+def span_holds(d: Difference, span: Span) -> bool | None:
+    """flat: holds where highest − lowest is shown smaller than span_within (the interval's upper end under it),
+    fails where it is shown larger (the lower end above it), None otherwise."""
+    if not d.has_interval:
+        return None
+    above = _side(d.low, d.high, span_within(span))
+    return None if above is None else not above
 
 
 def claim_words(claim: str, by: float = 0.0, within: float | None = None) -> str:
@@ -80,7 +107,8 @@ def span_statement(panel: SweepPanel, span: Span, where: str) -> str:
     text = (f"over {name} in [{low_end.x:g}, {high_end.x:g}] ({len(inside)} points) Class-IL ranges from "
             f"{_mean_std(lowest)} ({name} = {lowest.x:g}) to {_mean_std(highest)} ({name} = {highest.x:g}), "
             f"highest − lowest {d.estimate:+.2f} {_interval(d)}")
-    return text + (verdict(d, span_holds(d, span), claim_words("flat", within=span.within)) if span.claim else "")
+    return text + (verdict(d, span_holds(d, span), claim_words("flat", within=span_within(span)))
+                   if span.claim else "")
 
 
 def change_statement(panel: SweepPanel, change: Change, where: str) -> str:
@@ -133,8 +161,10 @@ def sensitivity_section(settings: ReportSettings, panels: list[SweepPanel], disp
                f"method's own, on {display.benchmark_label(spec.benchmark) or spec.benchmark} ({spec.benchmark}) at "
                f"buffer {spec.buffer}; mean ± std over seeds. Figure: {figure}; its data, a line per seed: {data}. "
                f"{spec.paper_note} Each difference has its {LEVEL:.0%} confidence interval (Welch); a claim of the "
-               "paper holds where its interval says so: a rise (a fall) where the interval lies above (below) the "
-               "least change claimed, \"barely matters\" where highest − lowest cannot be told apart from 0.")
+               "paper holds where its interval lies on the claim's side of the claim's bound, does not hold where it "
+               "lies on the other side, and is not decided where it reaches both (more seeds would tell): a rise (a "
+               "fall) by more than b points holds where the interval lies above b (below −b); \"barely matters\" "
+               "holds where highest − lowest is shown under its bound.")
     lines = "".join(f"- {sweep_line(panel, i)}\n" for i, panel in enumerate(panels))
     return f"{h} {spec.shown_heading}\n\n{caption}\n\n{lines}\n"
 
@@ -152,8 +182,9 @@ class Pair:
     difference: Difference   # mean(with_it) − mean(without), Class-IL
 
     @property
-    def helps(self) -> bool:
-        return self.difference.has_interval and self.difference.low > 0
+    def helps(self) -> bool | None:
+        """True: a gain on the interval (above 0); False: a loss on it (below 0); None: not decided."""
+        return _side(self.difference.low, self.difference.high, 0.0) if self.difference.has_interval else None
 
 
 def component_pairs(spec: Ablation) -> list[tuple[str, str, str]]:
@@ -176,11 +207,16 @@ def ablation_accs(spec: Ablation, summary: pd.DataFrame, buffer: int, where: str
 
 
 def _failed(pairs: Sequence[Pair], name: Callable[[str], str], full: bool = False) -> str:
-    """' (not: A over B +1.20 [-0.50, +2.90], ...)' for the pairs that show no gain on the interval ('over B ...' for
-    the full method's, `full`); '' where none fails."""
-    failed = [("" if full else f"{name(p.with_it)} ") + f"over {name(p.without)} {p.difference.estimate:+.2f} "
-              f"{_interval(p.difference)}" for p in pairs if not p.helps]
-    return f" (not: {', '.join(failed)})" if failed else ""
+    """' (worse: A over B -3.10 [-5.00, -1.20]; not decided: C over D +1.20 [-0.50, +2.90], ...)' for the pairs that
+    show a loss or neither on the interval ('over B ...' for the full method's, `full`); '' where every pair gains."""
+    def pair(p: Pair) -> str:
+        return (("" if full else f"{name(p.with_it)} ") + f"over {name(p.without)} {p.difference.estimate:+.2f} "
+                f"{_interval(p.difference)}")
+
+    groups = [(label, [pair(p) for p in pairs if p.helps is outcome])
+              for label, outcome in (("worse", False), ("not decided", None))]
+    shown = [f"{label}: {', '.join(items)}" for label, items in groups if items]
+    return f" ({'; '.join(shown)})" if shown else ""
 
 
 def ablation_line(spec: Ablation, summary: pd.DataFrame, name: Callable[[str], str], buffer: int, where: str) -> str:
@@ -191,13 +227,15 @@ def ablation_line(spec: Ablation, summary: pd.DataFrame, name: Callable[[str], s
     parts = []
     for c in spec.components:
         mine = [p for p in pairs if p.component == c]
-        parts.append(f"{c} helps in {sum(p.helps for p in mine)} of {len(mine)} pairs{_failed(mine, name)}"
+        hurts = sum(p.helps is False for p in mine)
+        parts.append(f"{c} helps in {sum(p.helps is True for p in mine)} of {len(mine)} pairs"
+                     + (f", hurts in {hurts}" if hurts else "") + _failed(mine, name)
                      if mine else f"{c}: no pair of configurations differs by {c} alone")
     full = spec.full
     beside = [Pair("all", full, m, difference(accs[full], accs[m])) for m in spec.configurations if m != full]
-    best = all(p.helps for p in beside)
-    parts.append(f"all together ({name(full)}) {'are' if best else 'are not'} best"
-                 + _failed(beside, name, full=True))
+    best = ("are best" if all(p.helps is True for p in beside) else
+            "are not best" if any(p.helps is False for p in beside) else "are best is not decided")
+    parts.append(f"all together ({name(full)}) {best}" + _failed(beside, name, full=True))
     return f"{buffer_text(buffer)}: " + "; ".join(parts) + "."
 
 
@@ -214,8 +252,10 @@ def ablation_table(settings: ReportSettings, index: int) -> int:
 
 ABLATION_TEXT = ("The paper's Table 3 claims on these runs: a component helps where the configuration with it beats "
                  f"the same configuration without it, the {LEVEL:.0%} confidence interval (Welch) of the difference "
-                 "above 0 (counted over every such pair); all together are best where the full method beats every "
-                 "other configuration so. The pairs that fail are named with their difference and interval.")
+                 "above 0, and hurts where the interval lies below 0 (counted over every such pair; an interval "
+                 "holding 0 decides nothing); all together are best where the full method beats every other "
+                 "configuration so, and are not best where another configuration beats it so. The pairs that show "
+                 "no gain are named with their difference and interval.")
 
 
 def ablation_texts(settings: ReportSettings, summary: pd.DataFrame, display: Display) -> dict[tuple[int, str], str]:

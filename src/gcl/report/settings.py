@@ -37,10 +37,11 @@ class Span(Settings):
 
     between: list[float] = Field(description="the span's two ends, lowest first; both included")
     claim: Literal["", "flat"] = Field("", description="flat: the paper says the setting barely matters there; it holds "
-                                                       "where highest − lowest is not told apart from 0 (its interval "
-                                                       "holds 0), or with `within` where the interval lies under it")
-    within: float | None = Field(None, gt=0, description="flat holds only where highest − lowest is shown smaller than "
-                                                         "this many points (its interval's upper end)")
+                                                       "where highest − lowest is shown under `within` points (its "
+                                                       "interval's upper end), fails where it is shown above (the "
+                                                       "lower end), and is not decided otherwise")
+    within: float | None = Field(None, gt=0, description="the points 'barely' allows (default: 2, the comparisons' tie "
+                                                         "bound)")
 
     @field_validator("between")
     @classmethod
@@ -57,8 +58,10 @@ class Change(Settings):
 
     between: list[float] = Field(description="[from, to]: two values of the swept setting, each a point of the sweep")
     claim: Literal["", "rises", "falls"] = Field("", description="what the paper says the change does: rises holds where "
-                                                                 "the interval lies above `by`, falls where it lies "
-                                                                 "below −`by` ('': the numbers only)")
+                                                                 "the interval lies above `by` and fails where it lies "
+                                                                 "below, falls holds below −`by` and fails above; "
+                                                                 "not decided where it holds the bound ('': the "
+                                                                 "numbers only)")
     by: float = Field(0.0, ge=0, description="the least rise or fall (points) the claim states, e.g. 2")
 
     @field_validator("between")
