@@ -126,6 +126,18 @@ def test_tables_put_our_mean_std_beside_the_paper(resolved):
     assert "bundled digits" in tables_md()
 
 
+def test_a_tables_buffers_keep_only_those_columns(resolved):
+    add(resolved, "mnist-360", "er", 500, [60.0, 62.0])
+    add(resolved, "mnist-360", "coca", 500, [70.0, 70.0])
+    resolved["report"]["tables"][0]["buffers"] = [500, "none"]
+    write_report(resolved, "results", PAPER)
+    t1 = table(section(section(tables_md(), "## Table 1: Class-IL"), "### mnist-360"))
+    assert list(t1["er"]) == ["method", "no buffer ours", "no buffer paper", "B=500 ours", "B=500 paper"]
+    assert t1["er"]["B=500 ours"] == "61.00 ± 1.41" and t1["coca"]["B=500 ours"] == "70.00 ± 0.00"
+    t3 = table(section(section(tables_md(), "## Table 3: ablation"), "### mnist-360"))
+    assert "B=500 ours" in t3["er"] and "B=200 ours" in t3["er"]         # another table keeps every buffer
+
+
 def test_rows_order_labels_and_paper_rows_come_from_the_report_block(resolved):
     """A profile the report has never seen: its own names, order and paper rows, defaults elsewhere."""
     add(resolved, "mnist-360", "mine", 200, [40.0, 40.0], algorithm="er")   # paper row defaults to its algorithm

@@ -163,6 +163,9 @@ class TableSpec(Settings):
     rows: list[str] | None = Field(None, description="its methods in order; written on a benchmark where two have runs "
                                                      "(default: every method with runs, in report.order)")
     exclude: list[str] = Field([], description="methods left out of the default rows")
+    buffers: list[int | Literal["none"]] | None = Field(None, description="its buffers (columns), e.g. [1000] for an "
+                                                          "ablation run at one memory (default: every buffer its "
+                                                          "rows ran)")
     labels: dict[str, str] = Field({}, description="row names in this table only (default: the method's label)")
     stand_in: dict[str, str] = Field({}, description="row method -> method shown in its place on a benchmark "
                                                      "where the row's method did not run")
