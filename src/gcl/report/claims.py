@@ -41,20 +41,14 @@ def verdict(d: Difference, holds: bool | None, claim: str) -> str:
     return f': the paper\'s "{claim}" ' + ("holds" if holds else "does not hold")
 
 
-def _side(low: float, high: float, bound: float) -> bool | None:
-    """True where the interval [low, high] lies above `bound`, False where below it, None where it holds it."""
-    return True if low > bound else False if high < bound else None
+def _not(side: bool | None) -> bool | None:
+    return None if side is None else not side
 
 
 def change_holds(d: Difference, change: Change) -> bool | None:
     """rises: holds where the interval lies above `by`, fails where it lies below; falls: holds where it lies below
     −`by`, fails where it lies above; None where it holds the bound (or has no interval)."""
-    if not d.has_interval:
-        return None
-    if change.claim == "rises":
-        return _side(d.low, d.high, change.by)
-    above = _side(d.low, d.high, -change.by)
-    return None if above is None else not above
+    return d.above(change.by) if change.claim == "rises" else _not(d.above(-change.by))
 
 
 def span_within(span: Span) -> float:
@@ -66,10 +60,7 @@ def span_within(span: Span) -> float:
 def span_holds(d: Difference, span: Span) -> bool | None:
     """flat: holds where highest − lowest is shown smaller than span_within (the interval's upper end under it),
     fails where it is shown larger (the lower end above it), None otherwise."""
-    if not d.has_interval:
-        return None
-    above = _side(d.low, d.high, span_within(span))
-    return None if above is None else not above
+    return _not(d.above(span_within(span)))
 
 
 def claim_words(claim: str, by: float = 0.0, within: float | None = None) -> str:
@@ -184,7 +175,7 @@ class Pair:
     @property
     def helps(self) -> bool | None:
         """True: a gain on the interval (above 0); False: a loss on it (below 0); None: not decided."""
-        return _side(self.difference.low, self.difference.high, 0.0) if self.difference.has_interval else None
+        return self.difference.above(0.0)
 
 
 def component_pairs(spec: Ablation) -> list[tuple[str, str, str]]:

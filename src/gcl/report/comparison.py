@@ -36,12 +36,20 @@ class Difference:
     def has_interval(self) -> bool:
         return self.low is not None
 
+    def above(self, bound: float = 0.0) -> bool | None:
+        """True where the interval lies above `bound`, False where it lies below, None where it holds `bound` (or
+        there is no interval): a claim about the difference decided three ways."""
+        if not self.has_interval:
+            return None
+        return True if self.low > bound else False if self.high < bound else None
+
     @property
     def verdict(self) -> str:
         if not self.has_interval:
             return NO_INTERVAL
-        if self.low > 0 or self.high < 0:
-            return "wins" if self.low > 0 else "loses"
+        side = self.above(0.0)
+        if side is not None:
+            return "wins" if side else "loses"
         return "ties" if abs(self.estimate) < TIE_WITHIN else UNDECIDED
 
 

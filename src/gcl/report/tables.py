@@ -59,7 +59,8 @@ def accuracy_table(spec: TableSpec, summary: pd.DataFrame, paper: pd.DataFrame, 
     rows = table_rows(spec, display, set(st.dropna(subset=["mean"]).method))
     buffers = sorted(set(st[st.method.isin([shown for _, shown in rows])].buffer), key=buffer_key)
     if spec.buffers is not None:
-        buffers = [b for b in buffers if b in {str(kept) for kept in spec.buffers}]
+        kept = {str(b) for b in spec.buffers}
+        buffers = [b for b in buffers if b in kept]
     numbers = {b: [] for b in buffers}
     notes = []
     for row_method, shown in rows:
