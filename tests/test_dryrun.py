@@ -154,7 +154,6 @@ def test_a_comparison_is_kept_only_where_every_method_it_names_ran():
     assert report["comparisons"] == [both]
 
 
-
 def test_an_ablation_keeps_only_the_buffers_at_which_every_configuration_ran():
     runs = {f"{m}-{b}": {"benchmark": "online-cifar10", "method": m, "buffer": b}
             for m, b in [("coca", 200), ("coca", 1000), ("coca-base", 1000), ("coca-base", 500), ("coca", 500)]}
@@ -164,6 +163,7 @@ def test_an_ablation_keeps_only_the_buffers_at_which_every_configuration_ran():
     assert kept == [{**spec, "buffers": [500, 1000]}]                           # coca-base never ran at 200
     only_200 = {k: r for k, r in runs.items() if r["buffer"] == 200}
     assert "ablation" not in dryrun.dry_report({"ablation": [spec]}, only_200, ["online-cifar10"])
+
 
 def test_the_stages_import_the_workspace_copy_first_and_keep_the_callers_packages(tmp_path, monkeypatch):
     # a caller whose DVC and pydantic live on PYTHONPATH (a --target install) must still run the stages

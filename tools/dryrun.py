@@ -281,16 +281,13 @@ def dry_report(report: dict, runs: dict, bench_names: list[str]) -> dict:
     for r in runs.values():
         buffers.setdefault((r["benchmark"], r["method"]), set()).add(str(r["buffer"]))
     # an ablation keeps the buffers at which every configuration is a selected run, and is dropped without one
-    ablations = []
-    for spec in report.get("ablation") or []:
-        kept = [b for b in spec["buffers"] if all(str(b) in buffers.get((spec["benchmark"], m), set())
-                                                  for m in spec["configurations"])]
-        if kept:
-            ablations.append({**spec, "buffers": kept})
-    if ablations:
+    def ran_at(spec: dict, buffer: int) -> bool:
+        return all(str(buffer) in buffers.get((spec["benchmark"], m), set()) for m in spec["configurations"])
+
+    ablations = [{**spec, "buffers": [b for b in spec["buffers"] if ran_at(spec, b)]}
+                 for spec in report.pop("ablation", None) or []]
+    if ablations := [a for a in ablations if a["buffers"]]:
         report["ablation"] = ablations
-    else:
-        report.pop("ablation", None)
     # a comparison is kept only where every method it names ran at each buffer of the compared method
     comparisons = [(c, Comparison.model_validate(c)) for c in report.get("comparisons") or []]
     report["comparisons"] = [
