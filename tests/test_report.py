@@ -189,6 +189,19 @@ def test_a_method_sent_to_its_own_papers_table_is_read_there_despite_no_coca_pap
     assert "B=1000 ER-ACE paper" not in t1["ER-ACE"] or t1["ER-ACE"]["B=1000 ER-ACE paper"] == "-"
 
 
+def test_each_column_of_the_erace_papers_table_reads_its_own_published_number(resolved):
+    """The ER-ACE paper publishes ER-ACE without augmentation (52.2 at M = 100) and with it (53.7): the benchmark
+    with augmentation must show its own column's number, not the other's."""
+    for name in ("online-cifar10", "online-cifar10-aug"):
+        resolved["benchmarks"][name] = {"label": name, "source": "cifar10", "kind": "sequential", "has_tasks": True}
+        add(resolved, name, "er-ace", 1000, [46.0, 47.0], task_il=83.0)
+    resolved["report"]["methods"]["er-ace"] = {"label": "ER-ACE", "paper_table": "erace_paper"}
+    write_report(resolved, "results", PAPER)
+    text = section(tables_md(), "## Table 1: Class-IL")
+    assert table(section(text, "### online-cifar10"))["ER-ACE"]["B=1000 ER-ACE paper"] == "52.20"
+    assert table(section(text, "### online-cifar10-aug"))["ER-ACE"]["B=1000 ER-ACE paper"] == "53.70"
+
+
 # ---------------------------------------------------------------------------- item 2: defects
 
 def test_der_rows_are_compared_with_the_right_paper_rows_and_task_il_has_no_class_il_number(resolved):
