@@ -71,3 +71,35 @@ def test_the_report_joins_once_it_is_the_whole_grids(tmp_path):
     assert "report" in yaml.safe_load((dest / "dvc.lock").read_text())["stages"]
     summary.write_text(summary.read_text() + "b,er,200,1,51.0\n")   # edited since dvc.lock recorded it
     assert "report" not in snapshot_reproduction.snapshot(ws, dest)
+
+
+def test_a_report_of_part_of_the_grid_stays_whole_while_later_runs_join(tmp_path):
+    """A folder's report of its finished runs survives a snapshot of the whole profile (whose report is not made):
+    its params.yaml, results/ and the stages recording that params.yaml stay; a run trained since joins runs/."""
+    ws, dest = workspace(tmp_path), tmp_path / "repro"
+    dest.mkdir()
+    part = {**PARAMS, "runs": {"b-er-200": PARAMS["runs"]["b-er-200"]}}
+    (ws / "params.yaml").write_text(yaml.safe_dump(part))
+    summary = ws / "results" / "summary.csv"
+    summary.parent.mkdir()
+    summary.write_text("benchmark,method,buffer,seed,class_il\nb,er,200,0,50.0\n")
+    lock = yaml.safe_load((ws / "dvc.lock").read_text())
+    part_digest = hashlib.md5((ws / "params.yaml").read_bytes()).hexdigest()
+    lock["stages"]["check@runs"] = {"cmd": "c", "deps": [{"path": "params.yaml", "md5": part_digest}]}
+    lock["stages"]["report"] = {"deps": [{"path": "params.yaml", "md5": part_digest}],
+                                "outs": [{"path": "results/summary.csv",
+                                          "md5": hashlib.md5(summary.read_bytes()).hexdigest()}]}
+    (ws / "dvc.lock").write_text(yaml.safe_dump(lock))
+    assert "report" in snapshot_reproduction.snapshot(ws, dest)
+
+    # the whole profile back; the coca run finishes; the check stage records the whole profile's digest now
+    (ws / "params.yaml").write_text(yaml.safe_dump(PARAMS))
+    (ws / ".gcl-progress" / "b-coca-200.lock").unlink()
+    lock["stages"]["check@runs"]["deps"][0]["md5"] = hashlib.md5((ws / "params.yaml").read_bytes()).hexdigest()
+    (ws / "dvc.lock").write_text(yaml.safe_dump(lock))
+    assert sorted(snapshot_reproduction.snapshot(ws, dest)) == ["train@b-coca-200", "train@b-er-200"]
+    assert yaml.safe_load((dest / "params.yaml").read_text()) == part
+    assert (dest / "results" / "summary.csv").read_text() == summary.read_text()
+    kept = yaml.safe_load((dest / "dvc.lock").read_text())["stages"]
+    assert kept["check@runs"]["deps"][0]["md5"] == kept["report"]["deps"][0]["md5"] == part_digest
+    assert "train@b-coca-200" in kept and (dest / "runs/b/coca/200/metrics.json").is_file()

@@ -8,6 +8,12 @@ digest of each run), and runs/<benchmark>/<method>/<buffer>/ of every finished r
 its folder complete, no trainer at work on it), and, once the workspace's report is the one dvc.lock records, its
 results/ (what check@reproductions verifies). Files are written, then renamed into place; the workspace may be
 training meanwhile.
+
+A report of part of a grid: make the workspace's params.yaml list only the finished runs (and what its report needs
+of them), `dvc repro` its report, snapshot; then give the workspace its whole profile back and train on. While the
+workspace's report is not current, a folder that holds a report keeps it whole (its params.yaml, results/ and every
+stage of its dvc.lock that records params.yaml's digest), so check@reproductions goes on verifying it, and the runs
+trained since join runs/ and dvc.lock's train stages, ready for a later sitting to resume from.
 """
 from __future__ import annotations
 
@@ -42,7 +48,7 @@ def finished(workspace: Path, key: str, out: dict) -> bool:
 
 
 def report_is_current(workspace: Path, lock: dict, params: dict) -> bool:
-    """Whether results/ is the report of this profile's whole grid that dvc.lock records: its summary.csv has the
+    """Whether results/ is the report of every run of params.yaml that dvc.lock records: its summary.csv has the
     recorded MD5 and holds every run of params.yaml, and nothing else."""
     outs = {out["path"]: out for out in lock["stages"].get("report", {}).get("outs", [])}
     summary = workspace / SUMMARY
@@ -60,16 +66,37 @@ def copy_folder(src: Path, target: Path) -> None:
     tmp.rename(target)
 
 
+def records_params(entry: dict) -> bool:
+    """Whether a dvc.lock stage records params.yaml's digest (the check stages and the report do)."""
+    return any(dep.get("path") == "params.yaml" and "md5" in dep for dep in entry.get("deps") or [])
+
+
+def folder_report(dest: Path) -> dict | None:
+    """The stages of the folder's dvc.lock that belong with its report (None when it holds none): the report and
+    every stage recording the digest of the params.yaml that report was made from."""
+    lock_file = dest / "dvc.lock"
+    if not (dest / "results").is_dir() or not lock_file.is_file():
+        return None
+    stages = yaml.safe_load(lock_file.read_text())["stages"]
+    if "report" not in stages:
+        return None
+    return {name: entry for name, entry in stages.items() if name == "report" or records_params(entry)}
+
+
 def snapshot(workspace: Path, dest: Path) -> list[str]:
-    params = yaml.safe_load((workspace / "params.yaml").read_text())
+    params_text = (workspace / "params.yaml").read_text()
+    params = yaml.safe_load(params_text)
     lock = yaml.safe_load((workspace / "dvc.lock").read_text())
     keep = profile_stages(params)
     stages = {name: entry for name, entry in lock["stages"].items() if name in keep}
     copied = []
-    if report_is_current(workspace, lock, params):      # the whole grid's report: results/ joins the runs
+    if report_is_current(workspace, lock, params):      # the report of every run listed: results/ joins them
         stages["report"] = lock["stages"]["report"]
         copy_folder(workspace / "results", dest / "results")
         copied.append("report")
+    elif (kept_report := folder_report(dest)) is not None:    # the folder's report of part of the grid stays whole
+        stages = {name: entry for name, entry in stages.items() if not records_params(entry)} | kept_report
+        params_text = (dest / "params.yaml").read_text()
     for name, entry in stages.items():
         if not name.startswith("train@"):
             continue
@@ -78,7 +105,7 @@ def snapshot(workspace: Path, dest: Path) -> list[str]:
             continue
         copy_folder(workspace / out["path"], dest / out["path"])
         copied.append(name)
-    for name, text in (("params.yaml", (workspace / "params.yaml").read_text()),
+    for name, text in (("params.yaml", params_text),
                        ("dvc.lock", yaml.safe_dump({"schema": lock["schema"], "stages": stages}, sort_keys=False))):
         with atomic_path(dest / name) as tmp:
             Path(tmp).write_text(text)
