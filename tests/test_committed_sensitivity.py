@@ -3,12 +3,14 @@ own runs: the figure's data (results/plots/sensitivity/<parameter>.csv) holds ev
 the reproduction's summary.csv holds, with the same accuracy, and the axis of each panel is the swept setting."""
 from __future__ import annotations
 
-import csv
 import statistics
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
+
+from gcl.report.reproductions import read_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,11 +24,6 @@ def swept_reproductions() -> list[Path]:
     return found
 
 
-def read_csv(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def test_the_mnist360_sweep_is_among_the_committed_sensitivity_figures():
     assert "mnist-360-sensitivity" in [folder.name for folder in swept_reproductions()]
 
@@ -34,19 +31,19 @@ def test_the_mnist360_sweep_is_among_the_committed_sensitivity_figures():
 @pytest.mark.parametrize("folder", swept_reproductions(), ids=lambda folder: folder.name)
 def test_each_point_of_a_committed_sweep_has_every_seed_of_its_run(folder: Path):
     sensitivity = yaml.safe_load((folder / "params.yaml").read_text())["report"]["sensitivity"]
-    summary = read_csv(folder / "results" / "summary.csv")
+    summary = read_summary(folder)
     assert (folder / "results" / "figures" / "sensitivity.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for sweep in sensitivity["sweeps"]:
         parameter = sweep["parameter"]
-        rows = read_csv(folder / "results" / "plots" / "sensitivity" / f"{parameter}.csv")
-        assert list(rows[0])[0] == parameter                       # the panel's axis is the swept setting
-        assert {r["method"] for r in rows} == set(sweep["methods"])
+        rows = pd.read_csv(folder / "results" / "plots" / "sensitivity" / f"{parameter}.csv")
+        assert rows.columns[0] == parameter                         # the panel's axis is the swept setting
+        assert set(rows["method"]) == set(sweep["methods"])
         xs = []
         for method in sweep["methods"]:
-            runs = {int(r["seed"]): float(r["class_il"]) for r in summary
-                    if (r["benchmark"], r["method"], r["buffer"])
-                    == (sensitivity["benchmark"], method, str(sensitivity["buffer"]))}
-            mine = [r for r in rows if r["method"] == method]
+            run = summary[(summary["benchmark"] == sensitivity["benchmark"]) & (summary["method"] == method)
+                          & (summary["buffer"] == str(sensitivity["buffer"]))]
+            runs = dict(zip(run["seed"].astype(int), run["class_il"].astype(float)))
+            mine = rows[rows["method"] == method].to_dict("records")
             assert sorted(int(r["seed"]) for r in mine) == sorted(runs) and runs, method
             for r in mine:                                          # the csv rounds to 2 decimals
                 assert abs(float(r["class_il"]) - runs[int(r["seed"])]) <= 0.005 + 1e-9
