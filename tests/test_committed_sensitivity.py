@@ -24,8 +24,8 @@ def swept_reproductions() -> list[Path]:
     return found
 
 
-def test_the_mnist360_sweep_is_among_the_committed_sensitivity_figures():
-    assert "mnist-360-sensitivity" in [folder.name for folder in swept_reproductions()]
+def test_both_benchmarks_sweeps_are_among_the_committed_sensitivity_figures():
+    assert {"mnist-360-sensitivity", "online-cifar10"} <= {folder.name for folder in swept_reproductions()}
 
 
 @pytest.mark.parametrize("folder", swept_reproductions(), ids=lambda folder: folder.name)

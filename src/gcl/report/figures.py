@@ -273,6 +273,7 @@ def _tsne_figure(bench: str, embeddings: list[Embedding], labels: dict[str, str]
 # ---------------------------------------------------------------------------- the sensitivity sweeps
 
 SENSITIVITY = "sensitivity.png"   # under results/figures/
+MARK_BAND = 0.2                   # share of a panel's height under its data, where a mark's two lines of text go
 
 def plot_sensitivity(spec: Sensitivity | None, sweeps: list[SweepPanel], path: Path,
                      kept: Kept | None = None) -> Path | None:
@@ -290,10 +291,13 @@ def _sensitivity_figure(spec: Sensitivity, sweeps: list[SweepPanel]):
     for ax, panel in zip(axes[0], sweeps):
         x, m, sd = ([getattr(p, k) for p in panel.points] for k in ("x", "mean", "std"))
         ax.errorbar(x, m, yerr=sd, marker="o", capsize=3)
+        if panel.sweep.marks:            # a band under the data for the marks' text, so no error bar crosses it
+            low, high = ax.get_ylim()
+            ax.set_ylim(low - MARK_BAND / (1 - MARK_BAND) * (high - low), high)
         for mark in panel.sweep.marks:   # e.g. a value where the method is undefined, so it has no point
             ax.axvline(mark.x, color="grey", linestyle=":")
-            ax.annotate(mark.text, xy=(mark.x, min(m)), xytext=(-4, 0), textcoords="offset points", ha="right",
-                        va="bottom", fontsize=8, color="grey")
+            ax.annotate(mark.text, xy=(mark.x, 0.02), xycoords=("data", "axes fraction"), xytext=(-4, 0),
+                        textcoords="offset points", ha="right", va="bottom", fontsize=8, color="grey")
             ax.set_xlim(left=min(ax.get_xlim()[0], mark.x - 0.05), right=max(ax.get_xlim()[1], mark.x + 0.05))
         ax.set_xlabel(panel.sweep.label or panel.sweep.parameter)
         ax.set_ylabel("Class-IL accuracy (%)")
