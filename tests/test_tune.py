@@ -79,3 +79,39 @@ def test_a_grid_with_out_resumes_from_the_scores_it_kept_and_retrains_stale_ones
     assert "reused" not in capsys.readouterr().out and stale[0]["per seed"] != "98.75"
     with pytest.raises(SystemExit, match="holds other scores"):
         tune.main(["seq-er-50", "--grid", "lr=0.1", "--seeds", "0", "--metric", "task_il", "--out", str(out)])
+
+
+class Stopped(Exception):
+    """Stands in for a killed worker."""
+
+
+def test_a_seed_stopped_mid_stream_resumes_from_its_checkpoint_to_the_same_score(tune, tmp_path, monkeypatch, capfd):
+    """The grid stops while a seed trains (after its first task's checkpoint); the next call resumes that seed from
+    the checkpoint beside --out and scores what an uninterrupted grid scores; the checkpoint then goes."""
+    from gcl.methods import METHODS
+    write_er_params(tmp_path)
+    save_tensors(tmp_path / "data" / "raw" / "mnist-bundled" / "data.pt", source(per_class=10))
+    monkeypatch.chdir(tmp_path)
+    grid = ["seq-er-50", "--grid", "lr=0.1", "--seeds", "0", "--workers", "1"]
+    plain = tune.main([*grid, "--out", str(tmp_path / "plain.csv")])
+    out = tmp_path / "scores.csv"
+    original, calls = METHODS["er"].observe, [0]
+
+    def observe(self, *args):      # the fork-started worker inherits this: it stops in the stream's third task
+        if calls[0] == 6:
+            raise Stopped
+        calls[0] += 1
+        return original(self, *args)
+
+    with monkeypatch.context() as m:
+        m.setattr(METHODS["er"], "observe", observe)
+        with pytest.raises(Stopped):
+            tune.main([*grid, "--out", str(out)])
+    assert not out.exists() and len(list((tmp_path / "scores.csv.progress").glob("*-seed-0.ckpt"))) == 1
+    capfd.readouterr()
+    resumed = tune.main([*grid, "--out", str(out)])
+    assert "resumed from" in capfd.readouterr().out
+    assert resumed[0]["per seed"] == plain[0]["per seed"]
+    assert pd.read_csv(out)["val_class_il"].tolist() == pd.read_csv(tmp_path / "plain.csv")["val_class_il"].tolist()
+    assert not (tmp_path / "scores.csv.progress").exists()
+    torch.set_num_threads(1)

@@ -11,11 +11,15 @@ numbers printed are validation accuracies. Points and seeds train side by side i
 With --out the grid resumes: the file is rewritten (then renamed) as each point and seed finishes, and a later call
 with the same file reuses every score whose fingerprint (the point's resolved settings, the validation benchmark's
 settings, the source file and the train code) is unchanged, so a grid of hours can stop and go on, on another machine
-too; a stale score (other settings or code) is trained again.
+too; a stale score (other settings or code) is trained again. A seed still training keeps checkpoints beside the file
+(<out>.progress/, at every task end and every params.yaml `checkpoint_minutes`, as a train stage's seed does), so a
+stopped seed resumes where it was on the same machine, to the numbers it would have had; its checkpoint goes once its
+score is written.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import math
 import multiprocessing
@@ -35,6 +39,7 @@ from gcl.data.benchmarks import KINDS, TrainingSettings
 from gcl.data.sources import load_source
 from gcl.methods import METHODS
 from gcl.methods.base import RunSettings
+from gcl.training.checkpoint import Checkpoint
 from gcl.training.compilation import compile_mode
 from gcl.training.loop import DivergenceError
 from gcl.training.train import run_seed
@@ -53,15 +58,24 @@ def parse_grid(items: list[str]) -> dict[str, list]:
     return grid
 
 
-def _one(run: RunSettings, training: TrainingSettings, seed: int, threads: int, metric: str) -> float:
+def _one(run: RunSettings, training: TrainingSettings, seed: int, threads: int, metric: str,
+         checkpoint: Checkpoint | None = None) -> float:
     """One point and seed; a diverging point scores NaN (printed as diverged) instead of ending the grid."""
     torch.set_num_threads(threads)
     cpu = torch.device("cpu")
     try:
-        return getattr(run_seed(_BENCH["bench"], training, run, seed, cpu,
+        return getattr(run_seed(_BENCH["bench"], training, run, seed, cpu, checkpoint=checkpoint,
                                 compiled=compile_mode(training.compile, cpu, METHODS[run.algorithm])), metric)
     except DivergenceError:
         return float("nan")
+
+
+def seed_checkpoint(out: str, point_print: str, seed: int, minutes: float) -> Checkpoint:
+    """The checkpoint of one point's seed beside --out, named and fingerprinted by the point's fingerprint and the
+    seed: a checkpoint of other settings, data or code is refused when the seed starts."""
+    folder = Path(f"{out}.progress")
+    folder.mkdir(parents=True, exist_ok=True)
+    return Checkpoint(folder / f"{point_print}-seed-{seed}.ckpt", fingerprint(point_print, seed), 60.0 * minutes)
 
 
 def write_scores(path: str, run: str, points: list[dict], seeds: list[int], scores: dict, metric: str,
@@ -126,7 +140,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     training = configs[0].benchmark
     if any(c.benchmark != training for c in configs):
         raise SystemExit("--grid may not change the benchmark's settings (epochs); tune one value at a time")
-    threads = resolve_runtime(params)["threads"]
+    runtime = resolve_runtime(params)
+    threads = runtime["threads"]
     data = configs[0].data.model_copy(update={"validation_fraction": args.fraction})
     source = load_source(source_file(data.source))
     _BENCH["bench"] = KINDS[data.kind].build(source, data)
@@ -138,12 +153,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if scores:
         print(f"reused {len(scores)} score(s) from {args.out} (same settings and code)")
     jobs = [(i, seed) for i in range(len(configs)) for seed in args.seeds if (i, seed) not in scores]
+    checkpoints = {(i, seed): seed_checkpoint(args.out, prints[i], seed, runtime["checkpoint_minutes"])
+                   for i, seed in jobs} if args.out else {}
     with ProcessPoolExecutor(max(1, min(args.workers, len(jobs))), mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = {pool.submit(_one, configs[job[0]].run, training, job[1], threads, args.metric): job for job in jobs}
+        futures = {pool.submit(_one, configs[job[0]].run, training, job[1], threads, args.metric,
+                               checkpoints.get(job)): job for job in jobs}
         for done in as_completed(futures):
             scores[futures[done]] = done.result()
             if args.out:   # each score kept as it comes: a stopped grid resumes from here
                 write_scores(args.out, args.run, points, args.seeds, scores, args.metric, prints)
+                checkpoints[futures[done]].discard()
+    if args.out:
+        with contextlib.suppress(OSError):     # the checkpoints' folder goes once the last has gone
+            Path(f"{args.out}.progress").rmdir()
     rows = []
     name = {"class_il": "Class-IL", "task_il": "Task-IL"}[args.metric]
     label = f"val {name} mean"
