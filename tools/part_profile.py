@@ -11,7 +11,8 @@ report that would need one of them, since the report stops on a part naming a ru
 - a method of a comparison's `against` without a run at every buffer where the compared method ran, and the
   comparison itself where its method has no run or no other method is left;
 - an ablation (at every buffer one of its configurations lacks), a sensitivity sweep with a point missing (the
-  whole figure where no sweep is left), a method of a curve group, a visualised cell.
+  whole figure where no sweep is left), a visualised cell.
+(A curve group may name a method without runs: the figure draws those that ran.)
 The result keeps the profile's comments and layout (a YAML round trip), and starts with a comment naming what was
 cut. A report text that names a method cut out is printed as a warning: its words are the profile's, edit them by
 hand where they must change. Written to a temporary file, then renamed.
@@ -206,14 +207,6 @@ def cut_report(report, cells: Cells, cutter: Cutter) -> None:
             if missing and not all(lacking.values()):
                 cutter.drop_item(sweeps, i, f"report.sensitivity: the {sweeps[i]['parameter']} sweep "
                                             f"(no run of {', '.join(missing)})")
-    groups = (report.get("curves") or {}).get("groups") or {}
-    for title, methods in groups.items():
-        kept = [m for m in methods if any(cells.has(b, m) for b in cells.benchmarks())]
-        if not kept:
-            cutter.drop_key(groups, title, f"report.curves.groups[{title!r}]")
-        elif kept != list(methods):
-            cutter.keep_in_list(groups, title, kept, f"report.curves.groups[{title!r}]: "
-                                + ", ".join(m for m in methods if m not in kept))
     visualise = report.get("visualise")
     if visualise:
         kept = [c for c in visualise["cells"] if cells.has(visualise["benchmark"], *_cell(c))]
