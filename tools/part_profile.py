@@ -13,9 +13,10 @@ report that would need one of them, since the report stops on a part naming a ru
 - an ablation (at every buffer one of its configurations lacks), a sensitivity sweep with a point missing (the
   whole figure where no sweep is left), a visualised cell.
 (A curve group may name a method without runs: the figure draws those that ran.)
-The result keeps the profile's comments and layout (a YAML round trip), and starts with a comment naming what was
-cut. A report text that names a method cut out is printed as a warning: its words are the profile's, edit them by
-hand where they must change. Written to a temporary file, then renamed.
+The cuts are made in the text, at the lines a round-trip parse locates (a comment right above cut entries goes
+with them), so the rest keeps the profile's comments and layout; the result starts with a comment naming the cuts.
+A report text that names a method cut out is printed as a warning: its words are the profile's, edit them by hand
+where they must change. Written to a temporary file, then renamed.
 
 Errors: a workspace without dvc.lock, or with no finished run of the profile.
 """
