@@ -138,7 +138,8 @@ class Cutter:
         self.cut.append(why)
 
     def keep_in_list(self, mapping, key, kept: list, why: str) -> None:
-        """`mapping[key]`, a flow list written on one line ([a, b, c]), rewritten to hold `kept` only."""
+        """`mapping[key]`, a flow list written on one line ([a, b, c]), rewritten to hold `kept` only; `why` is
+        followed by the items cut."""
         line, col = mapping.lc.value(key)
         text = self.lines[line]
         close = text.find("]", col)
@@ -146,7 +147,7 @@ class Cutter:
             raise PartError(f"line {line + 1}: {key}'s list is not written on one line as [a, b]; write it so, "
                             "or cut it by hand")
         self.edits.append(Edit(line, line + 1, [text[:col] + "[" + ", ".join(str(k) for k in kept) + "]" + text[close + 1:]]))
-        self.cut.append(why)
+        self.cut.append(why + ", ".join(str(item) for item in mapping[key] if item not in kept))
 
     def text(self) -> str:
         """The profile with the edits made; an edit inside a cut block is moot."""
@@ -180,15 +181,13 @@ def cut_report(report, cells: Cells, cutter: Cutter) -> None:
         if not kept:
             gone.setdefault("comparisons", {})[i] = f"report.comparisons[{i}] on {spec['benchmark']} (no runs)"
         elif kept != list(spec["against"]):
-            cutter.keep_in_list(spec, "against", kept, f"report.comparisons[{i}].against: "
-                                + ", ".join(m for m in spec["against"] if m not in kept))
+            cutter.keep_in_list(spec, "against", kept, f"report.comparisons[{i}].against: ")
     for i, spec in enumerate(report.get("ablation") or []):
         kept = [b for b in spec["buffers"] if all(cells.has(spec["benchmark"], m, [b]) for m in spec["configurations"])]
         if not kept:
             gone.setdefault("ablation", {})[i] = f"report.ablation[{i}] (a configuration has no run)"
         elif kept != list(spec["buffers"]):
-            cutter.keep_in_list(spec, "buffers", kept, f"report.ablation[{i}] at buffers "
-                                + ", ".join(str(b) for b in spec["buffers"] if b not in kept))
+            cutter.keep_in_list(spec, "buffers", kept, f"report.ablation[{i}] at buffers ")
     for name, items in gone.items():
         if len(items) < len(report[name]):
             for i, why in items.items():
@@ -204,18 +203,18 @@ def cut_report(report, cells: Cells, cutter: Cutter) -> None:
                    for i, sweep in enumerate(sweeps)}
         if all(lacking.values()):
             cutter.drop_key(report, "sensitivity", "report.sensitivity (no sweep has all its runs)")
-        for i, missing in lacking.items():
-            if missing and not all(lacking.values()):
-                cutter.drop_item(sweeps, i, f"report.sensitivity: the {sweeps[i]['parameter']} sweep "
-                                            f"(no run of {', '.join(missing)})")
+        else:
+            for i, missing in lacking.items():
+                if missing:
+                    cutter.drop_item(sweeps, i, f"report.sensitivity: the {sweeps[i]['parameter']} sweep "
+                                                f"(no run of {', '.join(missing)})")
     visualise = report.get("visualise")
     if visualise:
         kept = [c for c in visualise["cells"] if cells.has(visualise["benchmark"], *_cell(c))]
         if not kept:
             cutter.drop_key(report, "visualise", "report.visualise (none of its cells ran)")
         elif kept != list(visualise["cells"]):
-            cutter.keep_in_list(visualise, "cells", kept, "report.visualise.cells: "
-                                + ", ".join(c for c in visualise["cells"] if c not in kept))
+            cutter.keep_in_list(visualise, "cells", kept, "report.visualise.cells: ")
 
 
 def texts_naming(report: dict, names: list[str]) -> list[str]:
