@@ -25,6 +25,8 @@ METHOD_METRICS = {  # the numbers methods report of their own (`method_metrics` 
     "exemplars": "iCaRL: the exemplars in its memory at the end of the stream",
     "memory": "FDR: the samples in its episodic memory at the end of the stream",
     "anchors": "HAL: the anchors it holds at the end of the stream (one per class seen)",
+    "star_steps": ("STAR (ER-STAR, DER++-STAR): the steps whose gradient took STAR's term (those with at least "
+                   "`min_correct` correctly classified buffer samples)"),
 }
 COUNT_TEXT = ("A count (steps, a method's own counts) prints as its value, or as its range over seeds where they "
               "differ; any other number of a method's own as its mean over seeds.")
