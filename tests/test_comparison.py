@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from gcl.report.common import ReportError
-from gcl.report.comparison import comparison_rows, comparison_section, welch_difference
+from gcl.report.comparison import Difference, comparison_rows, comparison_section, welch_difference
 from gcl.report.display import Display
 from gcl.report.settings import Comparison, ReportSettings
 from gcl.report.summary import ResolvedReport
@@ -21,7 +21,7 @@ def test_interval_by_hand_with_one_constant_side():
     assert d.estimate == pytest.approx(1.5)
     assert d.df == pytest.approx(3.0)
     assert (d.low, d.high) == pytest.approx((1.5 - half, 1.5 + half), abs=1e-5)
-    assert d.verdict == "ties"
+    assert d.verdict == "not decided"      # [-0.55, +3.55]: holds 0 and reaches beyond +2
 
 
 def test_interval_by_the_welch_satterthwaite_formula():
@@ -49,7 +49,7 @@ def summary(cells: dict[tuple[str, str], list[float]]) -> pd.DataFrame:
                          for (m, b), accs in cells.items() for s, acc in enumerate(accs)])
 
 
-CELLS = {("coca", "200"): [60.0, 61.0, 62.0], ("er", "200"): [50.0, 52.0, 51.0], ("clser", "200"): [61.0, 63.0, 62.0],
+CELLS = {("coca", "200"): [60.8, 61.0, 61.2], ("er", "200"): [50.0, 52.0, 51.0], ("clser", "200"): [61.0, 61.2, 61.4],
          ("coca", "500"): [80.0, 81.0, 82.0], ("er", "500"): [70.0, 71.0, 72.0], ("clser", "500"): [75.0, 76.0, 74.0]}
 
 
@@ -64,10 +64,10 @@ def test_the_best_other_by_mean_at_each_buffer():
     spec = Comparison(benchmark="mnist-360", method="coca", against=["er", "clser"])
     rows = comparison_rows(spec, summary(CELLS))
     assert [(r.buffer, r.best, r.difference.verdict) for r in rows] == [("200", "clser", "ties"), ("500", "clser", "wins")]
-    assert rows[0].difference.estimate == pytest.approx(-1.0)
+    assert rows[0].difference.estimate == pytest.approx(-0.2)
     text = comparison_section(spec, summary(CELLS), display(), "###")
     assert "CoCa wins at B=500; ties at B=200." in text
-    assert "| 200 " in text and "CLS-ER" in text and "61.00 ± 1.00 (3)" in text and "[" in text
+    assert "| 200 " in text and "CLS-ER" in text and "61.00 ± 0.20 (3)" in text and "[" in text
 
 
 def test_a_method_missing_at_a_buffer_is_refused_not_skipped():
@@ -89,23 +89,39 @@ def test_one_seed_a_side_shows_the_difference_and_says_an_interval_needs_two():
     spec = Comparison(benchmark="mnist-360", method="coca", against=["er", "clser"])
     rows = comparison_rows(spec, summary(one_seed))
     assert [(r.best, r.difference.estimate, r.difference.has_interval) for r in rows] == \
-        [("clser", -1.0, False), ("clser", 5.0, False)]
+        [("clser", pytest.approx(-0.2), False), ("clser", 5.0, False)]
     text = comparison_section(spec, summary(one_seed), display(), "###")
-    assert "| -1.00 " in text and "| +5.00 " in text
+    assert "| -0.20 " in text and "| +5.00 " in text
     assert "no interval (needs 2 seeds a side)" in text
     assert "CoCa is not decided at B=200 and B=500: an interval needs at least 2 seeds on each side." in text
     # one seed on one side only: still no interval, the other side's seeds shown
     mixed = {**CELLS, ("coca", "200"): [60.0], ("coca", "500"): [80.0]}
     rows = comparison_rows(spec, summary(mixed))
     assert [r.difference.verdict for r in rows] == ["no interval (needs 2 seeds a side)"] * 2
-    assert "62.00 ± 1.00 (3)" in comparison_section(spec, summary(mixed), display(), "###")
+    assert "61.20 ± 0.20 (3)" in comparison_section(spec, summary(mixed), display(), "###")
 
 
-def test_an_interval_holding_0_is_a_tie_only_under_2_points():
-    """-1.0 [-3.3, +1.3] is a tie; +3.0 with an interval holding 0 is not decided, not a tie (the seeds cannot tell a
-    3-point gap from none); the section says which."""
-    near = welch_difference([60.0, 61.0, 62.0], [61.0, 63.0, 62.0])
-    assert near.low < 0 < near.high and near.estimate == pytest.approx(-1.0) and near.verdict == "ties"
+@pytest.mark.parametrize("low, high, reading", [
+    (-1.82, 5.59, "not decided"),   # holds 0 and allows CoCa 5.6 points ahead: not a tie, whatever the estimate
+    (-2.43, 1.56, "not decided"),   # reaches 2.43 points behind
+    (-1.2, 1.5, "ties"),            # the whole interval inside ±2
+    (0.3, 1.5, "wins"),             # excludes 0: a win, however small
+    (-5.0, -2.5, "loses"),
+    (-2.0, 1.0, "not decided"),     # touching the bound is not inside it
+])
+def test_the_reading_is_decided_on_the_interval_never_on_the_estimate(low, high, reading):
+    for estimate in (low + 0.01, (low + high) / 2, high - 0.01):   # the estimate anywhere inside: same reading
+        assert Difference(estimate, low, high, 4.0).verdict == reading
+
+
+def test_an_interval_holding_0_is_a_tie_only_inside_2_points():
+    """-0.2 [-0.65, +0.25] is a tie; -1.0 [-3.3, +1.3] and +3.0 with intervals holding 0 are not decided: the seeds
+    cannot tell a gap of more than 2 points from none; the section says which."""
+    near = welch_difference([60.8, 61.0, 61.2], [61.0, 61.2, 61.4])
+    assert -2 < near.low < 0 < near.high < 2 and near.verdict == "ties"
+    small_but_wide = welch_difference([60.0, 61.0, 62.0], [61.0, 63.0, 62.0])
+    assert small_but_wide.estimate == pytest.approx(-1.0) and small_but_wide.low < -2
+    assert small_but_wide.verdict == "not decided"
     far = welch_difference([60.0, 64.0, 68.0], [61.0, 63.0, 59.0])
     assert far.low < 0 < far.high and far.estimate == pytest.approx(3.0) and far.verdict == "not decided"
     cells = {**CELLS, ("coca", "500"): [60.0, 64.0, 68.0], ("er", "500"): [50.0, 51.0, 52.0],
@@ -114,5 +130,5 @@ def test_an_interval_holding_0_is_a_tie_only_under_2_points():
     assert [(r.best, r.difference.verdict) for r in comparison_rows(spec, summary(cells))] == [
         ("clser", "ties"), ("clser", "not decided")]
     text = comparison_section(spec, summary(cells), display(), "###")
-    assert ("CoCa ties at B=200; is not decided at B=500: the interval holds 0, but the difference is 2 points or more"
+    assert ("CoCa ties at B=200; is not decided at B=500: the interval holds 0 and reaches beyond ±2 points"
             in text)

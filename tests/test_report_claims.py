@@ -353,3 +353,16 @@ def test_without_claims_settings_tables_md_has_no_claims(resolved):   # noqa: F8
     write_report(resolved, "results", PAPER)
     assert "Figure 4" not in tables_md() and "Table 3 claims" not in tables_md()
     assert not re.search(r"helps in \d", tables_md()) and not Path("results/plots/sensitivity").exists()
+
+
+def test_claims_and_comparisons_read_a_bound_through_one_rule():
+    """"Barely matters" (a span's claim) and a tie are the same reading: the whole interval inside ±bound. A span whose
+    interval reaches 3 points below 0 is not shown flat, though its upper end lies under the bound."""
+    from gcl.report.claims import span_holds
+    from gcl.report.comparison import Difference
+    from gcl.report.settings import Span
+    span = Span(between=[0.1, 0.9], claim="flat")
+    for low, high, holds, tie in [(-1.2, 1.5, True, "ties"), (-3.0, 1.5, None, "not decided"),
+                                  (2.5, 4.0, False, "wins"), (-1.82, 5.59, None, "not decided")]:
+        d = Difference((low + high) / 2, low, high, 4.0)
+        assert span_holds(d, span) is holds and d.inside(2.0) is holds and d.verdict == tie

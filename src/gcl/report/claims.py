@@ -58,9 +58,9 @@ def span_within(span: Span) -> float:
 
 
 def span_holds(d: Difference, span: Span) -> bool | None:
-    """flat: holds where highest − lowest is shown smaller than span_within (the interval's upper end under it),
-    fails where it is shown larger (the lower end above it), None otherwise."""
-    return _not(d.above(span_within(span)))
+    """flat: holds where highest − lowest is shown smaller than span_within (its interval inside ±bound, the rule of
+    a tie), fails where it is shown larger (the interval beyond the bound), None otherwise."""
+    return d.inside(span_within(span))
 
 
 def claim_words(claim: str, by: float = 0.0, within: float | None = None) -> str:

@@ -1,10 +1,12 @@
 """A method against the best of a set of others, per buffer, decided with a confidence interval: the difference
 of the mean accuracies over seeds, its Welch interval (unequal variances, Welch-Satterthwaite degrees of
-freedom, as scipy's `ttest_ind(equal_var=False)` gives it), and a verdict in words: a win or a loss where the interval
-excludes 0; where it holds 0, a tie if the difference is under TIE_WITHIN points, else not decided (the seeds are too
-few to tell a gap of that size from none: "tie" would claim more than they show) (report.comparisons). With fewer
-than 2 seeds on a side there is no interval: the difference is shown alone, and the verdict says that an interval
-needs 2 seeds."""
+freedom, as scipy's `ttest_ind(equal_var=False)` gives it), and a verdict in words (report.comparisons).
+
+The one reading rule of every report (comparisons here, the paper's claims in gcl.report.claims): a reading says no
+more than its interval. A win or a loss where the 95% interval excludes 0; a tie (equivalent within TIE_WITHIN
+points) only where the whole interval lies inside ±TIE_WITHIN; otherwise not decided, with the interval. A point
+estimate alone never decides anything. With fewer than 2 seeds on a side there is no interval: the difference is
+shown alone, and the verdict says that an interval needs 2 seeds."""
 from __future__ import annotations
 
 import math
@@ -19,7 +21,7 @@ from gcl.report.display import Display, buffer_text, fmt_mean_std, markdown
 from gcl.report.settings import Comparison
 
 LEVEL = 0.95
-TIE_WITHIN = 2.0   # accuracy points: an interval holding 0 is a tie only for a difference under this
+TIE_WITHIN = 2.0   # accuracy points: a tie only where the whole interval lies inside ±TIE_WITHIN
 
 
 @dataclass(frozen=True)
@@ -43,14 +45,26 @@ class Difference:
             return None
         return True if self.low > bound else False if self.high < bound else None
 
+    def inside(self, bound: float) -> bool | None:
+        """True where the whole interval lies strictly inside (−bound, +bound), False where it lies wholly outside
+        (above +bound or below −bound), None where it reaches across ±bound (or there is no interval): "equivalent
+        within bound points" decided three ways, the same rule for a tie and for the paper's "barely matters"."""
+        if not self.has_interval:
+            return None
+        if -bound < self.low and self.high < bound:
+            return True
+        return False if self.low > bound or self.high < -bound else None
+
     @property
     def verdict(self) -> str:
+        """The one reading rule: 'wins' / 'loses' where the interval excludes 0, 'ties' where it lies inside
+        ±TIE_WITHIN, else 'not decided' (or NO_INTERVAL without one)."""
         if not self.has_interval:
             return NO_INTERVAL
         side = self.above(0.0)
         if side is not None:
             return "wins" if side else "loses"
-        return "ties" if abs(self.estimate) < TIE_WITHIN else UNDECIDED
+        return "ties" if self.inside(TIE_WITHIN) else UNDECIDED
 
 
 NO_INTERVAL = "no interval (needs 2 seeds a side)"
@@ -121,8 +135,8 @@ def _verdicts(rows: list[ComparisonRow], main: str) -> str:
         if at:
             where = ' and '.join(at) if len(at) < 3 else ', '.join(at[:-1]) + ' and ' + at[-1]
             parts.append({NO_INTERVAL: f"is not decided at {where}: an interval needs at least 2 seeds on each side",
-                          UNDECIDED: f"is not decided at {where}: the interval holds 0, but the difference is "
-                                     f"{TIE_WITHIN:g} points or more (more seeds would tell)"}.get(verdict,
+                          UNDECIDED: f"is not decided at {where}: the interval holds 0 and reaches beyond "
+                                     f"±{TIE_WITHIN:g} points (more seeds would tell)"}.get(verdict,
                                                                                                  f"{verdict} at {where}"))
     return f"{main} " + "; ".join(parts) + "."
 
@@ -148,8 +162,8 @@ def comparison_section(spec: Comparison, summary: pd.DataFrame, display: Display
         out.append(spec.text + "\n")
     out.append(f"Per buffer, {main}'s mean minus that of the best of {others} there (by mean), with the "
                f"{LEVEL:.0%} confidence interval of the difference (Welch: unequal variances); a win or a loss where "
-               f"the interval excludes 0; where it holds 0, a tie if the difference is under {TIE_WITHIN:g} points, "
-               "else not decided.\n")
+               f"the interval excludes 0; a tie where the whole interval lies inside ±{TIE_WITHIN:g} points; else "
+               "not decided (the interval holds 0 and reaches beyond that bound).\n")
     out.append(markdown(table) + "\n")
     out.append(_verdicts(rows, main) + "\n\n")
     return "\n".join(out)

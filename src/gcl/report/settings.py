@@ -37,9 +37,9 @@ class Span(Settings):
 
     between: list[float] = Field(description="the span's two ends, lowest first; both included")
     claim: Literal["", "flat"] = Field("", description="flat: the paper says the setting barely matters there; it holds "
-                                                       "where highest − lowest is shown under `within` points (its "
-                                                       "interval's upper end), fails where it is shown above (the "
-                                                       "lower end), and is not decided otherwise")
+                                                       "where highest − lowest is shown within `within` points (its "
+                                                       "whole interval inside ±within, a tie's rule), fails where it "
+                                                       "is shown beyond, and is not decided otherwise")
     within: float | None = Field(None, gt=0, description="the points 'barely' allows (default: 2, the comparisons' tie "
                                                          "bound)")
 
