@@ -15,6 +15,7 @@ LAYERS = {
     "training": {"core", "data", "methods"},
     "config": {"core", "data", "methods", "training", "report"},     # training: the typed run it resolves
     "describe": {"core", "data", "methods", "training", "report", "config"},
+    "rerender": {"core", "report", "config"},      # the command that renders a committed reproduction again
     "warm": {"core"},
     "cluster": {"core"},     # submits train@ cells as jobs and gathers them through dvc: it imports no pipeline code
 }

@@ -386,10 +386,19 @@ def resolve_profile(params_path: Path) -> dict:
 
 def check_reproductions(params: dict) -> dict:
     """Each folder of report.reproductions, verified against its own dvc.lock and resolved as the report reads it
-    (gcl.report.reproductions)."""
-    from gcl.report.reproductions import verify  # here: pandas, which no other stage of this module needs
+    (gcl.report.reproductions), its params.yaml the profile it is named after and its results/ what the report
+    renders from it today (gcl.report.rerender)."""
+    # here: pandas and the report, which no other stage of this module needs
+    from gcl.report.reproductions import verify
+    from gcl.report.rerender import check_outputs, check_profile, check_readme_blocks
     report = _validate(ReportSettings, params.get("report"), "report")
-    return {Path(folder).as_posix(): verify(folder, resolve_profile) for folder in report.reproductions}
+    verified = {}
+    for folder in map(Path, report.reproductions):
+        verified[folder.as_posix()] = record = verify(folder, resolve_profile)
+        check_profile(folder)
+        check_outputs(folder, record["resolved"])
+        check_readme_blocks(folder, record["resolved"])
+    return verified
 
 
 def check_runs(params: dict) -> dict:

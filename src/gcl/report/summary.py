@@ -64,21 +64,23 @@ class ResolvedReport:
         return bool(b and b.has_tasks)
 
 
-def load_cells(resolved: ResolvedReport) -> list[RunResult]:
-    """Each run's metrics.json, in the order params.yaml lists the runs."""
+def load_cells(resolved: ResolvedReport, root: str | Path = ".") -> list[RunResult]:
+    """Each run's metrics.json under `root` (runs/<benchmark>/<method>/<buffer>/ there), in the order params.yaml
+    lists the runs."""
     cells = []
     for key, run in resolved.runs.items():
-        path = run_dir(run) / "metrics.json"
+        path = Path(root) / run_dir(run) / "metrics.json"
         if not path.exists():
-            raise ReportError(f"{path} (run {key}) is missing: run `dvc repro` so its train stage runs first")
+            raise ReportError(f"{path.as_posix()} (run {key}) is missing: run `dvc repro` so its train stage runs first")
         cells.append(RunResult.from_json(json.loads(path.read_text())))
     return cells
 
 
-def stale_runs(resolved: ResolvedReport, root: str | Path = "runs") -> list[str]:
-    """Run folders on disk (runs/<benchmark>/<method>/<buffer>/metrics.json) that params.yaml does not list."""
+def stale_runs(resolved: ResolvedReport, root: str | Path = ".") -> list[str]:
+    """Run folders on disk under `root` (runs/<benchmark>/<method>/<buffer>/metrics.json there) that params.yaml does
+    not list, as paths relative to `root`."""
     listed = {run_dir(r) for r in resolved.runs.values()}
-    found = sorted(p.parent for p in Path(root).glob("*/*/*/metrics.json"))
+    found = sorted(p.parent.relative_to(root) for p in Path(root).glob("runs/*/*/*/metrics.json"))
     return [p.as_posix() for p in found if p not in listed]
 
 
