@@ -81,6 +81,28 @@ def test_a_grid_with_out_resumes_from_the_scores_it_kept_and_retrains_stale_ones
         tune.main(["seq-er-50", "--grid", "lr=0.1", "--seeds", "0", "--metric", "task_il", "--out", str(out)])
 
 
+def test_two_narrower_grids_merge_into_one_out_file(tune, tmp_path, monkeypatch):
+    """A grid of 4 rows, then a narrower grid on the same file: the rows of the other points stay; a third grid adds
+    a new point beside them. No grid erases another's scores."""
+    write_er_params(tmp_path)
+    save_tensors(tmp_path / "data" / "raw" / "mnist-bundled" / "data.pt", source(per_class=10))
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "scores.csv"
+    tune.main(["seq-er-50", "--grid", "lr=0.05,0.1", "--seeds", "0", "1", "--workers", "1", "--out", str(out)])
+    first = pd.read_csv(out)
+    assert len(first) == 4
+    tune.main(["seq-er-50", "--grid", "lr=0.1", "--seeds", "0", "--workers", "1", "--out", str(out)])
+    after = pd.read_csv(out)
+    assert len(after) == 4 and set(zip(after["lr"], after["seed"])) == {(0.05, 0), (0.05, 1), (0.1, 0), (0.1, 1)}
+    pd.testing.assert_frame_equal(after.sort_values(["lr", "seed"]).reset_index(drop=True),
+                                  first.sort_values(["lr", "seed"]).reset_index(drop=True))
+    tune.main(["seq-er-50", "--grid", "lr=0.2", "replay_batch=4", "--seeds", "1", "--workers", "1", "--out", str(out)])
+    merged = pd.read_csv(out)
+    assert len(merged) == 5 and merged["fingerprint"].nunique() == 3
+    assert merged[merged["lr"] == 0.2]["replay_batch"].tolist() == [4] and merged["replay_batch"].isna().sum() == 4
+    torch.set_num_threads(1)
+
+
 class Stopped(Exception):
     """Stands in for a killed worker."""
 

@@ -8,7 +8,8 @@ grid overrides some of them. The benchmark is rebuilt in memory with `validation
 class's training images held out (the stream is built from the rest) and evaluated on those, so the
 numbers printed are validation accuracies. Points and seeds train side by side in worker processes.
 
-With --out the grid resumes: the file is rewritten (then renamed) as each point and seed finishes, and a later call
+With --out the grid resumes: the file is rewritten (then renamed) as each point and seed finishes, keeping every row of
+other points, seeds and grids (a narrower grid on the same file adds to it), and a later call
 with the same file reuses every score whose fingerprint (the point's resolved settings, the validation benchmark's
 settings, the source file and the train code) is unchanged, so a grid of hours can stop and go on, on another machine
 too; a stale score (other settings or code) is trained again. A seed still training keeps checkpoints beside the file
@@ -81,12 +82,19 @@ def seed_checkpoint(out: str, point_print: str, seed: int, minutes: float) -> Ch
 def write_scores(path: str, run: str, points: list[dict], seeds: list[int], scores: dict, metric: str,
                  prints: list[str] | None = None) -> None:
     """The grid's raw scores, long format (run, the point's settings, seed, score; NaN = diverged; with `prints`, each
-    point's fingerprint), the points and seeds scored so far, written then renamed."""
-    records = [{"run": run, **point, "seed": seed, f"val_{metric}": scores[(i, seed)],
-                **({"fingerprint": prints[i]} if prints else {})}
-               for i, point in enumerate(points) for seed in seeds if (i, seed) in scores]
+    point's fingerprint), the points and seeds scored so far, merged into what `path` holds: a row of the file is
+    replaced only by this call's score of the same fingerprint and seed, every other row (other points, seeds, grids
+    or code) is kept, so that two grids sharing a file never erase each other. Written, then renamed."""
+    records = pd.DataFrame([{"run": run, **point, "seed": seed, f"val_{metric}": scores[(i, seed)],
+                             **({"fingerprint": prints[i]} if prints else {})}
+                            for i, point in enumerate(points) for seed in seeds if (i, seed) in scores])
+    if Path(path).exists() and prints:
+        old = pd.read_csv(path)
+        mine = set(zip(records["fingerprint"], records["seed"])) if len(records) else set()
+        kept = old[[(f, s) not in mine for f, s in zip(old["fingerprint"], old["seed"])]]
+        records = pd.concat([kept, records], ignore_index=True) if len(kept) else records
     tmp = Path(f"{path}.tmp")
-    pd.DataFrame(records).to_csv(tmp, index=False)
+    records.to_csv(tmp, index=False)
     tmp.replace(path)
 
 
