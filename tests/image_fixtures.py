@@ -4,7 +4,8 @@ CIFAR: the python pickles torchvision reads (CIFAR-10: data_batch_1..5, test_bat
 cifar-10-batches-py/; CIFAR-100: train, test, meta in cifar-100-python/), each a dict with a
 (N, 3072) uint8 `data` array (R, G, B planes, row-major), and the .tar.gz that holds the folder.
 Tiny ImageNet: tiny-imagenet-200/ with wnids.txt, words.txt, train/<wnid>/images/<wnid>_<i>.JPEG,
-train/<wnid>/<wnid>_boxes.txt, val/images/val_<i>.JPEG, val/val_annotations.txt, test/images.
+train/<wnid>/<wnid>_boxes.txt, val/images/val_<i>.JPEG, val/val_annotations.txt, test/images (a zip of the
+fixture's 3 classes; or, for the real classes, an extracted folder, and the same images as an image folder).
 An image folder: <split>/<class>/<i>.png, and its zip or .tar.gz.
 Also a small labelled source dict (what any source writes) for benchmark-level tests.
 """
@@ -192,6 +193,44 @@ def write_tinyimagenet_zip(path: Path, train_per_class: int = 12, val_per_class:
         z.writestr(top + "val/val_annotations.txt", "\n".join(lines) + "\n")
         z.writestr(top + "test/images/test_0.JPEG", _jpeg(flat(colour(0, 0))))
     return {"train": expected_train, "val": expected_val}
+
+
+def write_tinyimagenet_folder(folder: Path, wnids, train_per_class: int = 1, val_per_class: int = 1, size: int = 8,
+                              seed: int = 0) -> Path:
+    """An extracted tiny-imagenet-200/ folder at `folder` holding the classes `wnids` (its wnids.txt, in that order;
+    no words.txt, so the source's class names are the wnids), every image distinct noise as a JPEG, each class's
+    boxes file listing its training images, the validation images numbered class by class in wnids order."""
+    rng = np.random.default_rng(seed)
+    noise = lambda: _jpeg(rng.integers(0, 256, (3, size, size), dtype=np.uint8))
+    (folder / "val" / "images").mkdir(parents=True, exist_ok=True)
+    (folder / "wnids.txt").write_text("".join(f"{w}\n" for w in wnids))
+    lines = []
+    for k, w in enumerate(wnids):
+        (folder / "train" / w / "images").mkdir(parents=True, exist_ok=True)
+        for i in range(train_per_class):
+            (folder / "train" / w / "images" / f"{w}_{i}.JPEG").write_bytes(noise())
+        (folder / "train" / w / f"{w}_boxes.txt").write_text(
+            "".join(f"{w}_{i}.JPEG\t0\t0\t{size - 1}\t{size - 1}\n" for i in range(train_per_class)))
+        for j in range(val_per_class):
+            name = f"val_{k * val_per_class + j}.JPEG"
+            (folder / "val" / "images" / name).write_bytes(noise())
+            lines.append(f"{name}\t{w}\t0\t0\t{size - 1}\t{size - 1}\n")
+    (folder / "val" / "val_annotations.txt").write_text("".join(lines))
+    return folder
+
+
+def tinyimagenet_as_image_folder(tiny: Path, out: Path) -> Path:
+    """The images of an extracted Tiny ImageNet folder laid out as an image folder at `out` (the same files):
+    train/<wnid>/<wnid>_<i>.JPEG, and the validation images, by their val_annotations.txt lines, as test/<wnid>/."""
+    for images in sorted((tiny / "train").glob("*/images")):
+        (out / "train" / images.parent.name).mkdir(parents=True)
+        for image in images.iterdir():
+            (out / "train" / images.parent.name / image.name).write_bytes(image.read_bytes())
+    for line in (tiny / "val" / "val_annotations.txt").read_text().splitlines():
+        name, wnid = line.split("\t")[:2]
+        (out / "test" / wnid).mkdir(parents=True, exist_ok=True)
+        (out / "test" / wnid / name).write_bytes((tiny / "val" / "images" / name).read_bytes())
+    return out
 
 
 @contextlib.contextmanager

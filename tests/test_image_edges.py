@@ -21,12 +21,24 @@ import pytest
 import torch
 from PIL import Image
 
-from gcl.data import folder_sources, random_sources
+from gcl.data import folder_sources, random_sources, tinyimagenet_sources
 from gcl.data.image_files import ImageFiles, natural
 from gcl.data.image_sources import NORMALIZATION
 from gcl.data.random_sources import SourceShape
-from gcl.data.sources import SourceError
-from image_fixtures import CIFAR10_NAMES, one_line, pgm16, png16, read_folder, tar_folder, write_image_folder, zip_folder
+from gcl.data.sources import SourceError, read_source
+from gcl.data.tinyimagenet_sources import TINY_WNIDS
+from image_fixtures import (
+    CIFAR10_NAMES,
+    one_line,
+    pgm16,
+    png16,
+    read_folder,
+    tar_folder,
+    tinyimagenet_as_image_folder,
+    write_image_folder,
+    write_tinyimagenet_folder,
+    zip_folder,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASSES = ["dog", "ant", "cat"]
@@ -347,10 +359,13 @@ def test_like_knows_each_datasets_class_names_in_label_order():
     assert set(folder_sources.LIKE_CLASSES) == set(random_sources.SOURCE_SHAPES)
     for like, names in folder_sources.LIKE_CLASSES.items():
         assert len(names) == len(set(names)) == random_sources.SOURCE_SHAPES[like].classes, like
-        assert list(names) == sorted(names), like       # the order the folders sort in: the default label order
+        if like != "tinyimagenet":
+            assert list(names) == sorted(names), like   # the order the folders sort in, which their sources give
     assert list(folder_sources.LIKE_CLASSES["cifar10"]) == CIFAR10_NAMES
     wnids = folder_sources.LIKE_CLASSES["tinyimagenet"]
     assert all(re.fullmatch(r"n\d{8}", w) for w in wnids) and {"n01443537", "n02124075", "n12267677"} <= set(wnids)
+    # the order of the real wnids.txt (mammoth's seq-tinyimg: egyptian_cat, reel, volleyball, ... african_elephant)
+    assert wnids[:5] == ("n02124075", "n04067472", "n04540053", "n04099969", "n07749582") and wnids[-1] == "n02504458"
 
 
 def test_like_cifar10_refuses_class_folders_named_otherwise_naming_them(tmp_path, small_cifar10):
@@ -383,6 +398,42 @@ def test_like_refuses_classes_that_number_the_folders_otherwise(tmp_path, small_
     assert read_folder(root, like="cifar10", classes=CIFAR10_NAMES)["classes"] == CIFAR10_NAMES
 
 
+def test_like_names_the_classes_a_copy_lacks(tmp_path, monkeypatch, small_cifar10):
+    """A copy cut short by a class is refused at prepare as before, and now the class is named (the folders'
+    classes are all the dataset's, so which are missing is known)."""
+    monkeypatch.setitem(random_sources.SOURCE_SHAPES, "tinyimagenet",
+                        SourceShape(200, 1, 1, (3, 8, 8), NORMALIZATION["tinyimagenet"]))
+    wnids = folder_sources.LIKE_CLASSES["tinyimagenet"]
+    root = _like_folder(tmp_path, [w for w in wnids if w != wnids[7]], per_class=1)
+    with pytest.raises(SourceError) as e:
+        read_folder(root, like="tinyimagenet")
+    assert re.search(rf"copy is not shaped like tinyimagenet \(the source's `like`\): 199 classes, not 200 "
+                     rf"\({wnids[7]} missing\)\. Fix: point `path` at a complete copy of tinyimagenet", one_line(e))
+    shutil.rmtree(root)
+    root = _like_folder(tmp_path, [c for c in CIFAR10_NAMES if c not in ("cat", "ship")])
+    with pytest.raises(SourceError) as e:
+        read_folder(root, like="cifar10")
+    assert re.search(r"not shaped like cifar10 \(the source's `like`\): 8 classes, not 10 \(cat, ship missing\)\. Fix",
+                     one_line(e))
+
+
+def test_like_tinyimagenet_labels_the_images_as_the_tinyimagenet_source_does(tmp_path, monkeypatch):
+    """The same images, read by the tinyimagenet source and as an image folder `like: tinyimagenet`, get the same
+    labels: wnids.txt's order (n02124075 first), not the wnids sorted (n01443537 first), so the same tasks."""
+    monkeypatch.setitem(random_sources.SOURCE_SHAPES, "tinyimagenet",
+                        SourceShape(200, 2, 1, (3, 8, 8), NORMALIZATION["tinyimagenet"]))
+    monkeypatch.setattr(tinyimagenet_sources, "TINY_TRAIN_PER_CLASS", 2)     # the canonical set, cut to 2 + 1
+    monkeypatch.setattr(tinyimagenet_sources, "TINY_VAL_PER_CLASS", 1)
+    first = ["n02124075", "n04067472", "n04540053"]      # the real wnids.txt's first lines; the rest as recorded
+    wnids = [*first, *(w for w in TINY_WNIDS if w not in first)]
+    tiny = write_tinyimagenet_folder(tmp_path / "tiny-imagenet-200", wnids, train_per_class=2)
+    want = read_source("tinyimagenet", {"archive": str(tiny)}, tmp_path)
+    got = read_folder(tinyimagenet_as_image_folder(tiny, tmp_path / "copy"), like="tinyimagenet")
+    assert want["classes"] == wnids != sorted(wnids)
+    assert same_data(got, want)                          # the same pixels in the same order, with the same labels
+    assert got["train_y"][:2].tolist() == [0, 0] and got["classes"][:3] == first
+
+
 def test_like_tinyimagenet_names_a_folder_that_is_not_one_of_its_wnids(tmp_path, monkeypatch):
     monkeypatch.setitem(random_sources.SOURCE_SHAPES, "tinyimagenet",
                         SourceShape(200, 1, 1, (3, 8, 8), NORMALIZATION["tinyimagenet"]))
@@ -391,8 +442,8 @@ def test_like_tinyimagenet_names_a_folder_that_is_not_one_of_its_wnids(tmp_path,
     with pytest.raises(SourceError) as e:
         read_folder(root, like="tinyimagenet")
     assert re.search(r"copy: the class folders n99999999 of train/ are not tinyimagenet's classes \(the source's "
-                     r"`like`\), which has n12267677 instead: .* Fix: rename the class folders \(in train/ and "
-                     r"test/\) to tinyimagenet's names \(n01443537, n01629819, .* and 190 more\)", one_line(e))
+                     r"`like`\), which has n02504458 instead: .* Fix: rename the class folders \(in train/ and "
+                     r"test/\) to tinyimagenet's names \(n02124075, n04067472, .* and 190 more\)", one_line(e))
     for split in ("train", "test"):
-        (root / split / "n99999999").rename(root / split / "n12267677")
+        (root / split / "n99999999").rename(root / split / "n02504458")
     assert read_folder(root, like="tinyimagenet")["classes"] == wnids

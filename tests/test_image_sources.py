@@ -3,6 +3,7 @@ tiny files in the real on-disk formats."""
 from __future__ import annotations
 
 import re
+import shutil
 import zipfile
 
 import numpy as np
@@ -19,7 +20,7 @@ from gcl.data.sources import (
     prepare_source,
     read_source,
 )
-from gcl.data.tinyimagenet_sources import TINY_MD5
+from gcl.data.tinyimagenet_sources import TINY_MD5, TINY_WNIDS
 from image_fixtures import (
     CIFAR10_NAMES,
     WNIDS,
@@ -30,6 +31,7 @@ from image_fixtures import (
     tar_folder,
     write_cifar10,
     write_cifar100,
+    write_tinyimagenet_folder,
     write_tinyimagenet_zip,
 )
 
@@ -125,7 +127,9 @@ def test_tinyimagenet_from_an_extracted_folder(tmp_path):
     archive, _ = _tiny(tmp_path)
     zipfile.ZipFile(archive).extractall(tmp_path / "x")
     from_zip = read_source("tinyimagenet", {"archive": str(archive), "md5": md5(archive)}, tmp_path)
-    from_dir = read_source("tinyimagenet", {"archive": str(tmp_path / "x" / "tiny-imagenet-200")}, tmp_path)
+    # 3 classes: a folder, which has no checksum, says by `md5` that it is deliberately not the canonical 200
+    from_dir = read_source("tinyimagenet", {"archive": str(tmp_path / "x" / "tiny-imagenet-200"), "md5": md5(archive)},
+                           tmp_path)
     assert torch.equal(from_zip["train_x"], from_dir["train_x"]) and torch.equal(from_zip["test_y"], from_dir["test_y"])
 
 
@@ -291,6 +295,66 @@ def test_tinyimagenet_folder_with_the_200_classes_must_hold_500_and_50_per_class
         read_source("tinyimagenet", {"archive": str(folder)}, tmp_path)
 
 
+@pytest.fixture
+def one_per_class(monkeypatch):
+    """The canonical set cut to 1 training and 1 validation image per class (its 200 classes kept)."""
+    monkeypatch.setattr(tinyimagenet_sources, "TINY_TRAIN_PER_CLASS", 1)
+    monkeypatch.setattr(tinyimagenet_sources, "TINY_VAL_PER_CLASS", 1)
+
+
+def test_tinyimagenet_folder_missing_a_class_everywhere_is_refused_naming_it(tmp_path, one_per_class):
+    """A copy without one class (its train/ folder, its wnids.txt line, its validation images and lines) is
+    consistent in itself, but every class after it would take a shifted label: refused at prepare, naming it."""
+    folder = write_tinyimagenet_folder(tmp_path / "tiny-imagenet-200", TINY_WNIDS)
+    data = read_source("tinyimagenet", {"archive": str(folder)}, tmp_path)
+    assert data["classes"] == list(TINY_WNIDS) and data["train_y"].tolist() == list(range(200))
+    gone = TINY_WNIDS[1]
+    shutil.rmtree(folder / "train" / gone)
+    (folder / "wnids.txt").write_text("".join(f"{w}\n" for w in TINY_WNIDS if w != gone))
+    annotations = folder / "val" / "val_annotations.txt"
+    lines = annotations.read_text().splitlines()
+    (folder / "val" / "images" / next(line for line in lines if gone in line).split("\t")[0]).unlink()
+    annotations.write_text("".join(f"{line}\n" for line in lines if gone not in line))
+    with pytest.raises(SourceError) as e:
+        read_source("tinyimagenet", {"archive": str(folder)}, tmp_path)
+    assert re.search(rf"tiny-imagenet-200 holds 199 classes with 1 training and 1 validation images each; the "
+                     rf"canonical tiny-imagenet-200\.zip holds 200 classes with 1 and 1; missing: {gone} \(no line in "
+                     rf"wnids\.txt: the classes after it would take shifted labels\)\. The copy is incomplete .* If the "
+                     rf"folder is deliberately not the canonical set, say so: set sources\.tinyimagenet\.md5 to another "
+                     rf"MD5 \(such as its archive's\)\. Fix: download tiny-imagenet-200\.zip", str(e.value))
+    declared = read_source("tinyimagenet", {"archive": str(folder), "md5": "0" * 32}, tmp_path)   # said so: read
+    assert declared["classes"] == [w for w in TINY_WNIDS if w != gone]
+
+
+@pytest.mark.parametrize("name", ["tinyimagenet", "cifar10"])
+def test_a_damaged_archive_in_place_that_no_download_replaces_is_named_with_the_fix(tmp_path, monkeypatch, name):
+    """download: true and no way to download: the archive already in place failed its checksum, and the error says
+    so (not `could not download`, whose advice is to put a file where this one already is)."""
+    if name == "tinyimagenet":
+        good = _tiny(tmp_path)[0]
+        root, filename, settings = tmp_path / "dl", good.name, {"md5": md5(good)}
+    else:
+        root, good, _ = _cifar_with_archive(tmp_path, monkeypatch, CIFAR10, write_cifar10)
+        filename, settings = CIFAR10.filename, {}
+    archive, intact, digest = root / filename, good.read_bytes(), md5(good)
+    root.mkdir(exist_ok=True)
+    archive.write_bytes(intact[:len(intact) // 2])                      # an interrupted download, say
+    (tmp_path / "mirror").mkdir()
+    with serve_folder(tmp_path / "mirror") as mirror:                   # the archive is nowhere to be had
+        with pytest.raises(SourceError) as e:
+            read_source(name, {**settings, "url": f"{mirror}/{filename}"}, root)
+        message = str(e.value)
+        assert re.search(rf"{re.escape(str(archive))} is in place but is not the original file: its checksum does "
+                         rf"not match the MD5 {digest} \({len(intact) // 2:,} bytes; truncated, damaged or another "
+                         rf"file\), and no fresh copy could be downloaded from {mirror}/{re.escape(filename)} \(.+\): "
+                         rf"delete {re.escape(str(archive))}, or replace it with the original {re.escape(filename)}\. "
+                         rf"Fix: ", message), message
+        assert "could not download" not in message
+        (tmp_path / "mirror" / filename).write_bytes(intact)           # a mirror that has it: the copy is replaced
+        data = read_source(name, {**settings, "url": f"{mirror}/{filename}"}, root)
+    assert archive.read_bytes() == intact and len(data["train_y"]) == (36 if name == "tinyimagenet" else 100)
+
+
 def _flip_member_byte(archive, member: str, at: float = 0.5) -> None:
     """Corrupt one byte in the middle of `member`'s stored (possibly compressed) data, leaving the headers intact."""
     with zipfile.ZipFile(archive) as z:
@@ -323,10 +387,10 @@ def test_tinyimagenet_damaged_deflated_image_is_reported(tmp_path):
 
 
 def test_tinyimagenet_non_utf8_wnids_is_reported_and_odd_words_are_tolerated(tmp_path):
-    folder, _ = _tiny_folder(tmp_path)
+    folder, archive = _tiny_folder(tmp_path)
     words = folder / "words.txt"
     words.write_bytes(words.read_bytes().replace(b"name1", b"caf\xe9"))   # latin-1 in a display name: kept
-    assert read_source("tinyimagenet", {"archive": str(folder)}, tmp_path)["classes"][1] == "caf\ufffd"
+    assert read_source("tinyimagenet", {"archive": str(folder), "md5": md5(archive)}, tmp_path)["classes"][1] == "caf\ufffd"
     (folder / "wnids.txt").write_bytes("\n".join(WNIDS).encode("utf-16"))
     with pytest.raises(SourceError, match=r"tiny-imagenet-200: wnids\.txt is not the UTF-8 \(ASCII\) text file of "
                                           r"Tiny ImageNet \('utf-8' codec can't decode.*\): the file is damaged or "

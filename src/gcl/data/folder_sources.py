@@ -8,16 +8,19 @@ source kind `image-folder`, for a copy of a dataset on a machine that cannot dow
 test/<class>/<image> (JPEG, PNG or another format PIL reads; hidden files such as .DS_Store are skipped; symbolic
 links followed, as ImageFolder follows them), possibly all under one top folder. It is read where it is
 (gcl.data.image_files: nothing is extracted), once, by prepare@, into the tensors every source writes. Labels
-follow the class folders sorted by name (as ImageFolder numbers them) unless `classes` gives the order; a class's
+follow the class folders sorted by name (as ImageFolder numbers them) unless `classes` gives the order, or `like`
+names a published dataset whose classes they are (its label order, below); a class's
 images are taken in their names' natural order (2.png before 10.png; 01.png before 1.png, by the names
 themselves, so that every process reads them in one order); grey-scale, palette and RGBA images become RGB (alpha
 dropped), 16-bit images 8-bit (the high byte), or every image grey-scale with `channels: 1`. The images must all
 have one size, unless `image_size` resizes every other one (PIL's bilinear filter, antialiased when it shrinks;
 stretched to a square); `resize: false` refuses them instead. The normalisation mean and std are computed from the
 training images (per channel, in [0, 1] units, over every pixel) unless `mean` and `std` give them. `like` names
-the published dataset the folder copies (e.g. cifar10): its class count, class names in label order (CIFAR-10's
-airplane ... truck, Tiny ImageNet's WordNet ids; each sorted, as the folders sort), images per class and image
-size are checked before anything is decoded, and the dry-run and timing tools stand in for the folder with random
+the published dataset the folder copies (e.g. cifar10): its class count (the classes a short copy lacks named),
+class names in label order (CIFAR-10's airplane ... truck, sorted as the folders sort; Tiny ImageNet's WordNet ids
+in the order of its wnids.txt, as the tinyimagenet source numbers them), images per class and image size are
+checked before anything is decoded, the folders take the dataset's label order, so that the same images get the
+same labels as from the dataset's own source, and the dry-run and timing tools stand in for the folder with random
 images of that shape (gcl.data.random_sources.shape_name). DVC does not watch the folder: after changing its
 contents, `dvc repro -f prepare@<source>`.
 """
@@ -40,8 +43,9 @@ from gcl.data.tinyimagenet_sources import TINY_WNIDS
 FOLDER_KIND = "image-folder"
 STATS_CHUNK = 1 << 23     # pixel values summed at a time for the mean and std (64 MB as int64)
 DIGITS = tuple(str(d) for d in range(10))
-# each published dataset's class names in its label order, which is the order its folders sort in: what `like`
-# checks, so that a copy's labels (and so a benchmark's tasks) are the dataset's
+# each published dataset's class names in the label order its own source gives them (sorted, as the folders sort,
+# except Tiny ImageNet's, in its wnids.txt order): what `like` checks and numbers the folders by, so that a copy's
+# labels (and so a benchmark's tasks) are the dataset's
 LIKE_CLASSES = {"mnist": DIGITS, "mnist-bundled": DIGITS, "cifar10": CIFAR10_CLASSES, "cifar100": CIFAR100_CLASSES,
                 "tinyimagenet": TINY_WNIDS}
 
@@ -127,14 +131,17 @@ def _class_files(files: ImageFiles, split: str) -> dict[str, list[str]]:
 
 
 def _classes(files: ImageFiles, splits: dict, settings: ImageFolderSettings) -> list[str]:
-    """The class names in label order: `classes`, or the folders sorted; train/ and test/ must hold the same."""
+    """The class names in label order: `classes`, or the published order of `like` where the folders are its
+    classes, or the folders sorted; train/ and test/ must hold the same."""
     train, test = set(splits["train"]), set(splits["test"])
     if train != test:
         raise SourceError(f"{files.where}: the class folders of {files.prefix}train/ and {files.prefix}test/ differ "
                           f"(only in train/: {some(sorted(train - test)) or 'none'}; only in test/: "
                           f"{some(sorted(test - train)) or 'none'}). Fix: give both the same class folders.")
     if settings.classes is None:
-        return sorted(train)
+        published = LIKE_CLASSES.get(settings.like, ())
+        # `like`'s own order, not the folders sorted: Tiny ImageNet's source numbers its classes by wnids.txt
+        return list(published) if train == set(published) else sorted(train)
     extra, left_out = sorted(set(settings.classes) - train), sorted(train - set(settings.classes))
     if extra or left_out:
         problems = ([f"names {some(extra)}, which {files.where} has no folder for"] if extra else []) + \
@@ -149,7 +156,7 @@ def _check_like(files: ImageFiles, splits: dict, classes: list[str], like: str) 
     dataset `like`."""
     shape, problems = SOURCE_SHAPES[like], []
     if len(classes) != shape.classes:
-        problems.append(f"{len(classes)} classes, not {shape.classes}")
+        problems.append(f"{len(classes)} classes, not {shape.classes}{_missing_classes(classes, like)}")
     else:
         _check_like_names(files, classes, like)
         for split in ("train", "test"):
@@ -160,6 +167,15 @@ def _check_like(files: ImageFiles, splits: dict, classes: list[str], like: str) 
         raise SourceError(f"{files.where} is not shaped like {like} (the source's `like`): {some(problems, 3)}. Fix: "
                           f"point `path` at a complete copy of {like}, or remove `like` (the dry-run and timing tools "
                           "then know no shape for it).")
+
+
+def _missing_classes(classes: list[str], like: str) -> str:
+    """Where a folder holds fewer classes than `like`, all of them `like`'s (a copy cut short, whose labels would
+    shift), the missing ones named, as a clause; otherwise nothing (which are missing cannot be known)."""
+    published = LIKE_CLASSES[like]
+    if len(classes) >= len(published) or not set(classes) <= set(published):
+        return ""
+    return f" ({some([c for c in published if c not in classes])} missing)"
 
 
 def _check_like_names(files: ImageFiles, classes: list[str], like: str) -> None:
@@ -177,7 +193,7 @@ def _check_like_names(files: ImageFiles, classes: list[str], like: str) -> None:
         k = next(k for k, (c, p) in enumerate(zip(classes, published)) if c != p)
         raise SourceError(f"the source's `classes` numbers {files.where}'s classes otherwise than {like} does "
                           f"(label {k} is {classes[k]}, where {like}'s is {published[k]}). Fix: remove `classes` "
-                          f"(the folders then sort into {like}'s label order).")
+                          f"(the folders then take {like}'s label order).")
 
 
 def channel_stats(x: torch.Tensor) -> tuple[list[float], list[float]]:

@@ -4,8 +4,9 @@ constants, their archive settings and the way to a verified archive.
 Every archive is checked against its published MD5 before it is read, so a truncated download or a foreign file
 stops the stage with a message that names the file and says how to supply a good one. Settings (under
 `sources.<name>` in params.yaml), all optional:
-    download: true        fetch what is missing (false: only use files already in place; an intact
-                          archive in download_dir is checked and used either way)
+    download: true        fetch what is missing or damaged (false: only use files already in place; an
+                          intact archive in download_dir is checked and used either way; a damaged one that
+                          no download can replace is named, with its size and the MD5 it fails)
     url: <mirror>         where to fetch the archive from instead of the canonical address
     archive: <path>       a local copy of the archive (checked like a download)
     download_dir: <dir>   where archives are kept and extracted (default data/downloads, outside DVC)
@@ -45,8 +46,10 @@ def locate_archive(name: str, settings: ArchiveSourceSettings, root: Path, filen
                    fix: str, problem: str = "", folder_ok: bool = False) -> Path:
     """The archive of source `name` to read, verified by its `md5`: the one `settings.archive` names (with
     `folder_ok`, an extracted folder there is returned as it is, unchecked), else the one at `root / filename`,
-    else a download from `settings.url` or `url` (when `settings.download`). Otherwise a SourceError that starts
-    with `problem` (what made the archive necessary) and ends with `fix` (how to supply it)."""
+    else a download from `settings.url` or `url` (when `settings.download`; it replaces a damaged one in place).
+    Otherwise a SourceError that starts with `problem` (what made the archive necessary) and ends with `fix` (how
+    to supply it); where a download fails over a file in place that fails its MD5, it names that file as the
+    problem (not the download), with its size."""
     from torchvision.datasets.utils import check_integrity, download_url
     lead = f"{problem}; " if problem else ""
     if settings.archive:
@@ -67,8 +70,21 @@ def locate_archive(name: str, settings: ArchiveSourceSettings, root: Path, filen
                  f"file)" if archive.exists() else f"{archive} is missing")
         raise SourceError(f"{lead}{state}, and sources.{name}.download is false. {fix}")
     url = settings.url or url
+    damaged = _damaged(archive, md5)    # before download_url, which may overwrite it
     try:  # download_url replaces a copy that does not match the MD5, and verifies a fresh download
         download_url(url, str(root), filename=filename, md5=md5)
     except Exception as exc:
+        if damaged:   # the file in place is the problem: advice to put the file there would send the user in circles
+            raise SourceError(f"{lead}{damaged}, and no fresh copy could be downloaded from {url} ({exc}): delete "
+                              f"{archive}, or replace it with the original {filename}. {fix}") from exc
         raise SourceError(f"{lead}could not download {url} (MD5 {md5}) to {archive} ({exc}). {fix}") from exc
     return archive
+
+
+def _damaged(archive: Path, md5: str) -> str:
+    """What is wrong with an archive in place that failed its MD5 (its size, which shows a truncated copy, and
+    the MD5 it lacks); empty where there is no file."""
+    if not archive.is_file():
+        return ""
+    return (f"{archive} is in place but is not the original file: its checksum does not match the MD5 {md5} "
+            f"({archive.stat().st_size:,} bytes; truncated, damaged or another file)")

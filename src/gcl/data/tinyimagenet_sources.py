@@ -2,8 +2,11 @@
 
 The zip is checked against its published MD5 before it is read (gcl.data.image_sources.locate_archive). An
 extracted folder has no checksum: there, as in the zip, the image counts must be what wnids.txt, the boxes files
-and val_annotations.txt promise (a partial copy is refused, naming the missing files). The `md5` setting
-replaces the published checksum, for a deliberately different archive.
+and val_annotations.txt promise (a partial copy is refused, naming the missing files). The canonical set must also
+hold its 200 classes, 500 training and 50 validation images each: the zip with the published MD5 and, since it has
+no checksum, any extracted folder (one that lacks classes is refused naming them). The `md5` setting replaces the
+published checksum, for a deliberately different archive; for a folder it only says that the copy is deliberately
+not the canonical set, which is then held to what its own files promise.
 """
 from __future__ import annotations
 
@@ -24,31 +27,34 @@ TINY_FILE = "tiny-imagenet-200.zip"
 TINY_MD5 = "90528d7ca1a48142e341f4ef8d21d0de"     # 248,100,043 bytes
 TINY_ROOT = "tiny-imagenet-200"
 TINY_CLASSES, TINY_TRAIN_PER_CLASS, TINY_VAL_PER_CLASS = 200, 500, 50   # the canonical set: 100,000 / 10,000 images
-# the canonical set's 200 WordNet ids (its wnids.txt, train/ folders), sorted: what an image folder of it holds
+# the canonical set's 200 WordNet ids in the order of its wnids.txt: the labels this reader gives them, which are
+# mammoth's (its seq-tinyimg CLASS_NAMES, egyptian_cat, reel, ... african_elephant, follow this order); an image
+# folder `like: tinyimagenet` takes its labels from it, and a copy lacking some of them is named as such
 TINY_WNIDS = tuple("""
-n01443537 n01629819 n01641577 n01644900 n01698640 n01742172 n01768244 n01770393 n01774384 n01774750 n01784675
-n01855672 n01882714 n01910747 n01917289 n01944390 n01945685 n01950731 n01983481 n01984695 n02002724 n02056570
-n02058221 n02074367 n02085620 n02094433 n02099601 n02099712 n02106662 n02113799 n02123045 n02123394 n02124075
-n02125311 n02129165 n02132136 n02165456 n02190166 n02206856 n02226429 n02231487 n02233338 n02236044 n02268443
-n02279972 n02281406 n02321529 n02364673 n02395406 n02403003 n02410509 n02415577 n02423022 n02437312 n02480495
-n02481823 n02486410 n02504458 n02509815 n02666196 n02669723 n02699494 n02730930 n02769748 n02788148 n02791270
-n02793495 n02795169 n02802426 n02808440 n02814533 n02814860 n02815834 n02823428 n02837789 n02841315 n02843684
-n02883205 n02892201 n02906734 n02909870 n02917067 n02927161 n02948072 n02950826 n02963159 n02977058 n02988304
-n02999410 n03014705 n03026506 n03042490 n03085013 n03089624 n03100240 n03126707 n03160309 n03179701 n03201208
-n03250847 n03255030 n03355925 n03388043 n03393912 n03400231 n03404251 n03424325 n03444034 n03447447 n03544143
-n03584254 n03599486 n03617480 n03637318 n03649909 n03662601 n03670208 n03706229 n03733131 n03763968 n03770439
-n03796401 n03804744 n03814639 n03837869 n03838899 n03854065 n03891332 n03902125 n03930313 n03937543 n03970156
-n03976657 n03977966 n03980874 n03983396 n03992509 n04008634 n04023962 n04067472 n04070727 n04074963 n04099969
-n04118538 n04133789 n04146614 n04149813 n04179913 n04251144 n04254777 n04259630 n04265275 n04275548 n04285008
-n04311004 n04328186 n04356056 n04366367 n04371430 n04376876 n04398044 n04399382 n04417672 n04456115 n04465501
-n04486054 n04487081 n04501370 n04507155 n04532106 n04532670 n04540053 n04560804 n04562935 n04596742 n04597913
-n06596364 n07579787 n07583066 n07614500 n07615774 n07695742 n07711569 n07715103 n07720875 n07734744 n07747607
-n07749582 n07753592 n07768694 n07871810 n07873807 n07875152 n07920052 n09193705 n09246464 n09256479 n09332890
-n09428293 n12267677
+n02124075 n04067472 n04540053 n04099969 n07749582 n01641577 n02802426 n09246464 n07920052 n03970156 n03891332
+n02106662 n03201208 n02279972 n02132136 n04146614 n07873807 n02364673 n04507155 n03854065 n03838899 n03733131
+n01443537 n07875152 n03544143 n09428293 n03085013 n02437312 n07614500 n03804744 n04265275 n02963159 n02486410
+n01944390 n09256479 n02058221 n04275548 n02321529 n02769748 n02099712 n07695742 n02056570 n02281406 n01774750
+n02509815 n03983396 n07753592 n04254777 n02233338 n04008634 n02823428 n02236044 n03393912 n07583066 n04074963
+n01629819 n09332890 n02481823 n03902125 n03404251 n09193705 n03637318 n04456115 n02666196 n03796401 n02795169
+n02123045 n01855672 n01882714 n02917067 n02988304 n04398044 n02843684 n02423022 n02669723 n04465501 n02165456
+n03770439 n02099601 n04486054 n02950826 n03814639 n04259630 n03424325 n02948072 n03179701 n03400231 n02206856
+n03160309 n01984695 n03977966 n03584254 n04023962 n02814860 n01910747 n04596742 n03992509 n04133789 n03937543
+n02927161 n01945685 n02395406 n02125311 n03126707 n04532106 n02268443 n02977058 n07734744 n03599486 n04562935
+n03014705 n04251144 n04356056 n02190166 n03670208 n02002724 n02074367 n04285008 n04560804 n04366367 n02403003
+n07615774 n04501370 n03026506 n02906734 n01770393 n04597913 n03930313 n04118538 n04179913 n04311004 n02123394
+n04070727 n02793495 n02730930 n02094433 n04371430 n04328186 n03649909 n04417672 n03388043 n01774384 n02837789
+n07579787 n04399382 n02791270 n03089624 n02814533 n04149813 n07747607 n03355925 n01983481 n04487081 n03250847
+n03255030 n02892201 n02883205 n03100240 n02415577 n02480495 n01698640 n01784675 n04376876 n03444034 n01917289
+n01950731 n03042490 n07711569 n04532670 n03763968 n07768694 n02999410 n03617480 n06596364 n01768244 n02410509
+n03976657 n01742172 n03980874 n02808440 n02226429 n02231487 n02085620 n01644900 n02129165 n02699494 n03837869
+n02815834 n07720875 n02788148 n02909870 n03706229 n07871810 n03447447 n02113799 n12267677 n03662601 n02841315
+n07715103 n02504458
 """.split())
 
 
 class TinyImagenetSettings(ArchiveSourceSettings):
+    # another than the published MD5 also says that a folder is deliberately not the canonical set (module docstring)
     md5: str = Field(TINY_MD5, pattern="^[0-9a-f]{32}$", description="MD5 the archive must have")
 
 
@@ -92,8 +98,9 @@ def _check_complete(files: _Files, wnids: list[str], per_class: dict[str, list[s
     """Refuse a partial copy. What the files promise: every class of wnids.txt has the same number of training
     images (each listed in its <wnid>_boxes.txt where that file has lines), every image val_annotations.txt
     names exists and every image in val/images is annotated, every class has the same number of validation
-    images; and, for the canonical set (the zip with the published MD5, or a folder with its 200 classes),
-    exactly 500 training and 50 validation images per class."""
+    images; and, for the canonical set (the zip with the published MD5, or a folder unless `md5` says otherwise),
+    exactly 200 classes (those missing named, where its classes are all Tiny ImageNet's) with 500 training and 50
+    validation images each."""
     fix, pre, where = files.fix, files.prefix, files.where
     again = "The copy is incomplete (an interrupted extraction or copy): delete it and supply a complete one."
     counts = {w: len(per_class[w]) for w in wnids}
@@ -135,7 +142,20 @@ def _check_complete(files: _Files, wnids: list[str], per_class: dict[str, list[s
     if canonical and (len(wnids), most, int(val.max())) != (TINY_CLASSES, TINY_TRAIN_PER_CLASS, TINY_VAL_PER_CLASS):
         raise SourceError(f"{where} holds {len(wnids)} classes with {most} training and {val.max()} validation "
                           f"images each; the canonical {TINY_FILE} holds {TINY_CLASSES} classes with "
-                          f"{TINY_TRAIN_PER_CLASS} and {TINY_VAL_PER_CLASS}. {again} {fix}")
+                          f"{TINY_TRAIN_PER_CLASS} and {TINY_VAL_PER_CLASS}{_missing_classes(wnids)}. {again} "
+                          + ("" if files.archive else "If the folder is deliberately not the canonical set, say so: set "
+                             "sources.tinyimagenet.md5 to another MD5 (such as its archive's). ") + fix)
+
+
+def _missing_classes(wnids: list[str]) -> str:
+    """Where a copy holds fewer classes than the canonical set, all of them Tiny ImageNet's (a cut copy), the
+    missing ones named, in the clause that ends the count's message; otherwise nothing (they cannot be known)."""
+    have = set(wnids)
+    if len(have) >= TINY_CLASSES or not have <= set(TINY_WNIDS):
+        return ""
+    missing = [w for w in TINY_WNIDS if w not in have]
+    them = "it" if len(missing) == 1 else "them"
+    return f"; missing: {_some(missing)} (no line in wnids.txt: the classes after {them} would take shifted labels)"
 
 
 def _locate_tiny(settings: TinyImagenetSettings, root: Path) -> Path:
@@ -175,8 +195,8 @@ def tinyimagenet(settings: TinyImagenetSettings, download_dir: Path) -> dict:
                               f"of wnids.txt. {files.fix}")
         test_names.append(f"val/images/{fields[0]}")
         test_y.append(label[fields[1]])
-    # canonical: verified against the published MD5, or an (unchecksummed) folder with the canonical 200 classes
-    canonical = files.archive and settings.md5 == TINY_MD5 or not files.archive and len(wnids) == TINY_CLASSES
+    # canonical: the zip verified against the published MD5, or a folder (no checksum) unless `md5` says otherwise
+    canonical = settings.md5 == TINY_MD5
     _check_complete(files, wnids, per_class, test_names, test_y, canonical)
     names = {}
     if "words.txt" in files.names:   # human-readable class names where the archive has them (not identifiers:
