@@ -3,6 +3,7 @@ the clones, a job's stop and requeue (submitit's local executor, with stand-in c
 End to end, on Slurm and locally: tests/test_cluster_e2e.py."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -425,21 +426,29 @@ FAKE_SLURM_TOOL = """#!{python}
 import sys
 from pathlib import Path
 said = dict(line.split("=", 1) for line in Path({states!r}).read_text().split())      # job id=STATE
+with open({states!r} + "-calls", "a") as calls:
+    calls.write({tool!r} + "\\n")
 ids = [i for k, arg in enumerate(sys.argv) if arg == "-j" for i in sys.argv[k + 1].split(",")]
+if said.get({tool!r}) == "down":
+    sys.exit(f"{tool}: error: " + ("Slurm accounting storage is disabled" if {tool!r} == "sacct" else
+                                    "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"))
 if {tool!r} == "sacct":       # submitit asks about every job it watches: the test's own jobs are answered
     print("JobID|State|NodeList")
     for i in ids:
         if i in said:
             print(f"{{i}}|{{said[i].replace('_by_', ' by ')}}|node")
-elif said.get("queue-" + ids[0]):
-    print(said["queue-" + ids[0]])
+else:                         # squeue: every job of the user's that Slurm holds, "<id> <STATE>"
+    for key, state in said.items():
+        if key.startswith("queue-"):
+            print(key[len("queue-"):], state)
 """
 
 
 @pytest.fixture
 def fake_slurm(tmp_path, monkeypatch):
-    """sacct and squeue that say what the test writes down (job id -> state; squeue: "queue-<id>", else nothing),
-    so that submitit reads a state as it reads Slurm's."""
+    """sacct and squeue that say what the test writes down (job id -> state; squeue: "queue-<id>", else nothing;
+    "sacct=down" or "squeue=down": that tool fails, as sacct does without accounting), so that submitit reads a
+    state as it reads Slurm's; each call is written down, one line each, in "<states>-calls"."""
     states, bin_dir = tmp_path / "states", tmp_path / "bin"
     bin_dir.mkdir()
     for tool in ("sacct", "squeue"):
@@ -476,7 +485,61 @@ def test_a_job_sacct_calls_over_whose_processes_still_end_is_running_until_squeu
     fake_slurm.write_text("41000=CANCELLED_by_0 queue-41000=COMPLETING\n")
     assert (jobs.phase("slurm", "41000").name, jobs.phase("slurm", "41000").state) == ("running", "COMPLETING")
     fake_slurm.write_text("41000=CANCELLED_by_0\n")
-    assert (jobs.phase("slurm", "41000").name, jobs.phase("slurm", "41000").state) == ("over", "CANCELLED")
+    assert (jobs.phase("slurm", "41000", fresh=True).name, jobs.phase("slurm", "41000").state) == ("over", "CANCELLED")
+
+
+def slurm_phases(jobs, job_ids: list[str], fresh: bool = False) -> list[tuple[str, str]]:
+    return [(phase.name, phase.state) for phase in (jobs.phase("slurm", job_id, fresh) for job_id in job_ids)]
+
+
+def test_without_accounting_a_job_is_where_squeue_says_and_over_once_squeue_forgets_it(tmp_path, fake_slurm):
+    """No slurmdbd: sacct fails, submitit says UNKNOWN, which read as waiting, and the driver waited forever for
+    jobs long over. Now squeue is asked: a job it lists is waiting, running or over as its state says; one it no
+    longer lists is over (its cells' records say how they ended); a squeue that cannot be asked makes nothing over.
+    sacct, which says accounting is disabled, is asked once, not at every look (each failure was two lines of
+    output)."""
+    from gcl.cluster.executors import NOT_LISTED, Jobs
+    from gcl.cluster.watch import _status
+    jobs, ids = Jobs(tmp_path / "jobs"), [f"42000_{i}" for i in range(4)]
+    fake_slurm.write_text("sacct=down queue-42000_0=PENDING queue-42000_1=RUNNING queue-42000_2=COMPLETING "
+                          "queue-42000_3=TIMEOUT\n")
+    assert slurm_phases(jobs, ids) == [("waiting", "PENDING"), ("running", "RUNNING"), ("running", "COMPLETING"),
+                                       ("over", "TIMEOUT")]
+    fake_slurm.write_text("sacct=down queue-42000_0=RUNNING\n")
+    assert slurm_phases(jobs, ids, fresh=True) == [("running", "RUNNING"), ("over", NOT_LISTED), ("over", NOT_LISTED),
+                                                   ("over", "TIMEOUT")]      # how it ended, as squeue last said
+    fake_slurm.write_text("sacct=down squeue=down\n")
+    assert slurm_phases(jobs, ids[:2], fresh=True) == [("waiting", "UNKNOWN"),      # neither says: not over by mistake
+                                                       ("over", NOT_LISTED)]        # over stays over
+    assert (fake_slurm.parent / "states-calls").read_text().split().count("sacct") == 1
+    assert _status([], "over", NOT_LISTED) == ("failed", f"its job ended {NOT_LISTED} before the cell started")
+
+
+def test_a_job_sacct_does_not_list_is_where_squeue_says(tmp_path, fake_slurm):
+    """With accounting, a job sacct does not list (yet, or lost by slurmdbd) read as waiting forever too."""
+    from gcl.cluster.executors import NOT_LISTED, Jobs
+    jobs = Jobs(tmp_path / "jobs")
+    fake_slurm.write_text("queue-42100=RUNNING\n")
+    assert slurm_phases(jobs, ["42100"]) == [("running", "RUNNING")]
+    fake_slurm.write_text("\n")
+    assert slurm_phases(jobs, ["42100"], fresh=True) == [("over", NOT_LISTED)]
+
+
+def test_squeue_is_asked_once_for_every_job_a_poll_reads(tmp_path, fake_slurm):
+    """Without accounting every job is read from squeue: one call answers them all (the paper grid is 225 jobs,
+    and the driver polls every 10 s); a job submitted after that answer asks again (it would read as gone)."""
+    from submitit.slurm.slurm import SlurmJob
+
+    from gcl.cluster.executors import Jobs
+    jobs = Jobs(tmp_path / "jobs")
+    fake_slurm.write_text("sacct=down " + " ".join(f"queue-43000_{i}=PENDING" for i in range(20)) + "\n")
+    assert {phase for phase, _ in slurm_phases(jobs, [f"43000_{i}" for i in range(20)])} == {"waiting"}
+    calls = fake_slurm.parent / "states-calls"
+    assert calls.read_text().split() == ["sacct", "squeue"]
+    fake_slurm.write_text(fake_slurm.read_text().strip() + " queue-43001=PENDING\n")
+    jobs.add(SlurmJob(folder=tmp_path / "jobs", job_id="43001"))
+    assert slurm_phases(jobs, ["43001"]) == [("waiting", "PENDING")] and calls.read_text().split() == [
+        "sacct", "squeue", "squeue"]
 
 
 # ------------------------------------------------------------------------------------------------- resources
@@ -512,6 +575,101 @@ def test_every_option_renders_as_sbatch_takes_it(tmp_path, fake_slurm):
     from gcl.cluster.cli import parser, plan_of
     half = plan_of(parser().parse_args(["--scratch", "s", "--mem-gb", "0.5"])).job
     assert "#SBATCH --mem=512M" in sbatch_script(half, tmp_path / "jobs"), "a fraction of a GB is whole megabytes"
+
+
+@pytest.mark.parametrize("executor, args, minutes", [
+    ("local", ["--time", "1440"], 1440),        # was 7 days: 1440 read as "not given"
+    ("local", ["--time", "90"], 90),
+    ("local", [], 7 * 24 * 60),                 # not given: a local job has no time limit to speak of
+    ("slurm", ["--time", "1440"], 1440),
+    ("slurm", ["--time", "10080"], 10080),
+    ("slurm", [], 1440),
+])
+def test_time_is_taken_as_given(tmp_path, fake_slurm, executor, args, minutes):
+    from gcl.cluster.cli import parser, plan_of
+    from gcl.cluster.executors import local_executor
+    (fake_slurm.parent / "bin" / "srun").write_text("#!/bin/sh\n")
+    (fake_slurm.parent / "bin" / "srun").chmod(0o755)
+    options = plan_of(parser().parse_args(["--scratch", "s", "--executor", executor, *args])).job
+    if executor == "local":
+        assert local_executor(tmp_path / "jobs", options).parameters["timeout_min"] == minutes
+    else:
+        assert f"#SBATCH --time={minutes}\n" in sbatch_script(options, tmp_path / "jobs")
+
+
+FAKE_SBATCH = """#!/bin/sh
+echo "$@" >> {calls}
+{body}
+"""
+
+
+def slurm_submitter(tmp_path: Path, fake_slurm: Path, sbatch_body: str):
+    """A driver's Slurm submitter on a workspace at `tmp_path`, with a stand-in sbatch that runs `sbatch_body`."""
+    from gcl.cluster.driver import Submitter
+    from gcl.cluster.executors import JobOptions, Jobs
+    from gcl.cluster.records import Submission
+    from gcl.cluster.workspace import Sharing
+    bin_dir = fake_slurm.parent / "bin"
+    (bin_dir / "srun").write_text("#!/bin/sh\n")
+    (bin_dir / "sbatch").write_text(FAKE_SBATCH.format(calls=fake_slurm.parent / "sbatch-calls", body=sbatch_body))
+    for tool in ("srun", "sbatch"):
+        (bin_dir / tool).chmod(0o755)
+    scratch = Scratch(tmp_path / "scratch")
+    scratch.prepare()
+    return Submitter(JobOptions("slurm"), scratch, Sharing("cache", {}), Submission(str(scratch.root), str(scratch.jobs)),
+                     Jobs(scratch.jobs), tmp_path)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("exit 1", "sbatch failed with no message (exit code 1)"),
+    ("echo 'queue full, try later'; exit 3", "sbatch failed with no message (exit code 3; it printed: queue full, try later)"),
+    ("echo 'sbatch: error: Batch job submission failed: Invalid partition name specified' >&2; exit 1",
+     "sbatch: error: Batch job submission failed: Invalid partition name specified"),
+])
+def test_a_refused_submission_is_one_line_even_when_sbatch_says_nothing(tmp_path, fake_slurm, body, message):
+    """sbatch that failed without a word made the driver fail on an IndexError (the last line of an empty
+    message); now it says so, with sbatch's exit status (and its output, if any). Nothing is written down."""
+    from gcl.cluster.records import Submission
+    from gcl.cluster.workspace import Cell
+    submitter = slurm_submitter(tmp_path, fake_slurm, body)
+    for groups in ([[Cell("a", ())]], [[Cell("a", ())], [Cell("b", ())]]):         # one job, and an array
+        with pytest.raises(ClusterError, match=rf"^Slurm refused the jobs: {re.escape(message)}$"):
+            submitter.submit_all(groups)
+    assert Submission.load(tmp_path) is None and not submitter.jobs.mine
+
+
+@pytest.mark.parametrize("cells", [1, 3])
+def test_jobs_are_written_down_as_soon_as_sbatch_took_them(tmp_path, fake_slurm, monkeypatch, cells):
+    """The submission record was written once submitit had put every job of the array in place: a driver stopped
+    in between (Ctrl-C) left jobs running that no record named, and the next driver submitted their cells again,
+    into the clones they trained in. Now the record names each job as soon as sbatch returns its id, and the
+    driver's line says the jobs run on."""
+    from submitit.core.utils import JobPaths
+
+    from gcl.cluster.driver import DriverStopped
+    from gcl.cluster.records import Submission
+    from gcl.cluster.workspace import Cell
+    submitter = slurm_submitter(tmp_path, fake_slurm, 'echo "Submitted batch job 4242"')
+    move = JobPaths.move_temporary_file
+
+    def interrupted(self, tmp_path, name, keep_as_symlink=False):     # Ctrl-C as submitit puts the pickles in place
+        if name == "submitted_pickle":
+            raise KeyboardInterrupt
+        return move(self, tmp_path, name, keep_as_symlink)
+    monkeypatch.setattr(JobPaths, "move_temporary_file", interrupted)
+    groups = [[Cell(f"c{i}", (), f"key-{i}")] for i in range(cells)]
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        submitter.submit_all(groups)
+    ids = ["4242"] if cells == 1 else [f"4242_{i}" for i in range(cells)]
+    recorded = Submission.load(tmp_path)
+    assert recorded is not None and recorded.job_of() == {f"c{i}": ids[i] for i in range(cells)}
+    assert [recorded.jobs[job_id].keys for job_id in ids] == [{f"c{i}": f"key-{i}"} for i in range(cells)]
+    assert isinstance(stopped.value, DriverStopped), "the driver's line said no job was submitted"
+    assert stopped.value.line.startswith(f"stopped while submitting: the {cells} jobs sbatch took run on, written down")
+    assert len((fake_slurm.parent / "sbatch-calls").read_text().splitlines()) == 1       # one sbatch: one array
+    monkeypatch.setattr(JobPaths, "move_temporary_file", move)          # uninterrupted: the same, and the handles
+    submitter.submit_all(groups)
+    assert Submission.load(tmp_path).job_of() == {f"c{i}": ids[i] for i in range(cells)} and submitter.jobs.mine == set(ids)
 
 
 STAND_IN_GPUS = """

@@ -9,7 +9,7 @@ from pathlib import Path
 from gcl.cluster import ClusterError
 from gcl.cluster.cleanup import clean
 from gcl.cluster.driver import Plan, drive, status
-from gcl.cluster.executors import JobOptions
+from gcl.cluster.executors import LOCAL_TIME_MIN, SLURM_TIME_MIN, JobOptions
 from gcl.core.errors import error_line
 
 EXAMPLES = """examples:
@@ -37,8 +37,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--share", choices=("auto", "remote", "cache"), default="auto", help="how jobs hand results "
                    "back: the default DVC remote, or this workspace's DVC cache folder (auto: the remote if set)")
     p.add_argument("--partition", help="Slurm partition")
-    p.add_argument("--time", type=int, default=JobOptions.time_min, metavar="MINUTES",
-                   help="time limit per job; a job that reaches it is requeued and resumes (default 1440)")
+    p.add_argument("--time", type=int, metavar="MINUTES", help="time limit per job, as given; a job that reaches it is "
+                   f"requeued and resumes (default: {SLURM_TIME_MIN} on Slurm; locally {LOCAL_TIME_MIN}, none to speak of)")
     p.add_argument("--gpus", type=int, default=0, help="GPUs per job (default 0)")
     p.add_argument("--cpus", type=int, help="CPUs per job")
     p.add_argument("--mem-gb", type=float, help="memory per job, GB (sbatch gets it in whole megabytes)")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gcl.cluster import ClusterError, clones, workspace
 from gcl.cluster.cleanup import refuse_live_commands, remove_idle_clones
-from gcl.cluster.executors import JobOptions, Jobs, local_executor, slot_gpus, slurm_executor
+from gcl.cluster.executors import JobOptions, Jobs, local_executor, sbatch_refusal, slot_gpus, slurm_executor
 from gcl.cluster.job import CellJob, CellTask, dvc_command, end_groups
 from gcl.cluster.records import DRIVER_LOCK, Scratch, Submission, SubmittedJob, read_attempts, write_attempts
 from gcl.cluster.watch import FINAL, cell_views, summary_line
@@ -180,15 +180,33 @@ class Submitter:
                         str(self.scratch.log(cell.name)), environment, self.options.gpus)
 
     def submit_all(self, groups: list[list[Cell]]) -> None:
-        """Slurm: every group at once, as one array throttled to --max-parallel."""
-        executor = slurm_executor(self.scratch.jobs, self.options)
+        """Slurm: every group at once, as one array throttled to --max-parallel. The jobs are written down as soon
+        as sbatch took them, before submitit's own bookkeeping: a driver stopped then leaves none unrecorded (a
+        later driver would submit their cells again, into the clones they train in)."""
+        cell_jobs = [CellJob([self.task(c) for c in group]) for group in groups]
+        written: list[str] = []
+
+        def write_down(job_ids: list[str]) -> None:
+            written.extend(job_ids)
+            self._write_down(job_ids, groups)
+
+        executor = slurm_executor(self.scratch.jobs, self.options, write_down)
         try:
             with executor.batch():
-                submitted = [executor.submit(CellJob([self.task(c) for c in group])) for group in groups]
-        except Exception as exc:         # sbatch's refusal (a partition that does not exist, ...), as submitit says it
-            raise ClusterError(f"Slurm refused the jobs: {str(exc).strip().splitlines()[-1]}") from None
-        for job, group in zip(submitted, groups):
-            self._record(job, group)
+                submitted = [executor.submit(cell_job) for cell_job in cell_jobs]
+        except KeyboardInterrupt:
+            if written:
+                raise DriverStopped(f"stopped while submitting: the {len(written)} jobs sbatch took run on, written down "
+                                    "(`python -m gcl.cluster --status`); the same command run again waits for them and "
+                                    "gathers") from None
+            raise
+        except Exception as exc:
+            if written:                  # sbatch took the jobs: what failed after it is no refusal
+                raise
+            # sbatch's refusal (a partition that does not exist, ...), as submitit says it
+            raise ClusterError(f"Slurm refused the jobs: {sbatch_refusal(exc)}") from None
+        for job in submitted:
+            self.jobs.add(job)
 
     def free_slots(self) -> list[int]:
         """Local executor: the slots (of --max-parallel) whose job is over."""
@@ -223,10 +241,15 @@ class Submitter:
 
     def _record(self, job, group: list[Cell]) -> str:
         job_id = self.jobs.add(job)
-        self.submission.jobs[job_id] = SubmittedJob(self.options.executor, [c.name for c in group], self.options.gpus,
-                                                    keys={c.name: c.key for c in group})
-        self.submission.save(self.root)
+        self._write_down([job_id], [group])
         return job_id
+
+    def _write_down(self, job_ids: list[str], groups: list[list[Cell]]) -> None:
+        """Jobs just submitted, job_ids[i] training groups[i], into the submission record (one write for all)."""
+        for job_id, group in zip(job_ids, groups, strict=True):
+            self.submission.jobs[job_id] = SubmittedJob(self.options.executor, [c.name for c in group],
+                                                        self.options.gpus, keys={c.name: c.key for c in group})
+        self.submission.save(self.root)
 
 
 def watch(submitter: Submitter, groups: list[list[Cell]], cells: set[str], attached: set[str], plan: Plan,
