@@ -132,3 +132,25 @@ def test_an_interval_holding_0_is_a_tie_only_inside_2_points():
     text = comparison_section(spec, summary(cells), display(), "###")
     assert ("CoCa ties at B=200; is not decided at B=500: the interval holds 0 and reaches beyond ±2 points"
             in text)
+
+
+def test_a_candidate_not_run_at_one_buffer_is_left_out_there_only():
+    """Part of a grid: CLS-ER has run at 200 but not yet at 500. At 200 the verdict is the full grid's; at 500 the
+    best of those that ran, the row saying who is left out; a method that ran nowhere is never named."""
+    cells = {k: v for k, v in CELLS.items() if k != ("clser", "500")}
+    spec = Comparison(benchmark="mnist-360", method="coca", against=["er", "clser"])
+    full = comparison_rows(spec, summary(CELLS))
+    part = comparison_rows(spec, summary(cells), unrun={("mnist-360", "clser", "500")})
+    assert (part[0].best, part[0].difference, part[0].left_out) == (full[0].best, full[0].difference, ())
+    assert (part[1].best, part[1].left_out) == ("er", ("clser",))
+    text = comparison_section(spec, summary(cells), display(), "###", unrun={("mnist-360", "clser", "500")})
+    assert "Not run yet, so left out: CLS-ER at B=500." in text and "the best of ER, CLS-ER there" in text
+    nowhere = {k: v for k, v in CELLS.items() if k[0] != "clser"}
+    unrun = {("mnist-360", "clser", "200"), ("mnist-360", "clser", "500")}
+    text = comparison_section(Comparison(benchmark="mnist-360", method="coca", against=["er", "clser"],
+                                         title="CoCa against the best of ER and CLS-ER", text="CLS-ER: 3 seeds."),
+                              summary(nowhere), display(), "###", unrun=unrun)
+    assert "CLS-ER" not in text.split("Not run yet")[0] and "the best of ER there" in text
+    # a method with no run at that buffer in params.yaml at all (not merely unfinished) is still refused
+    with pytest.raises(ReportError, match=r"\['clser'\] have no run on mnist-360 at buffer 500"):
+        comparison_rows(spec, summary(cells), unrun={("mnist-360", "clser", "200")})

@@ -425,11 +425,26 @@ def test_stale_run_folders_are_named_and_ignored(resolved):
     assert json.loads(Path("results/metrics.json").read_text())["mnist-360"].keys() == {"200"}
 
 
-def test_missing_run_is_a_clear_error(resolved):
+def test_a_report_of_part_of_a_grid_draws_what_has_run_and_says_what_has_not(resolved):
+    """A workspace part way through a grid (`dvc repro -s report`): the runs without results are named before any
+    table and are absent from every table, comparison and claim; the report of the rest is what a report of only
+    those runs gives."""
+    resolved["report"]["comparisons"] = [{"benchmark": "mnist-360", "against": ["er", "coca-ckd"]}]
     Path("runs/mnist-360/er/200/metrics.json").unlink()
-    with pytest.raises(ReportError, match="runs/mnist-360/er/200/metrics.json.*dvc repro"):
+    write_report(resolved, "results", PAPER)
+    text = tables_md()
+    assert ("**Part of the grid.** 3 of the 4 runs params.yaml lists have results; not run yet: mnist-360-er-200."
+            in text)
+    assert text.index("**Part of the grid.**") < text.index("## Table 1")
+    assert "er" not in table(section(section(text, "## Table 1: Class-IL"), "### mnist-360"))
+    assert "Not run yet, so left out: er at B=200." in text
+    head = json.loads(Path("results/metrics.json").read_text())["mnist-360"]["200"]
+    assert head["best_baseline"]["method"] == "sgd"
+    # no run at all: nothing to report, one line
+    for run in Path("runs").glob("*/*/*/metrics.json"):
+        run.unlink()
+    with pytest.raises(ReportError, match="no run has results yet: run `dvc repro`"):
         write_report(resolved, "results", PAPER)
-    assert not Path("results").exists()
 
 
 # ---------------------------------------------------------------------------- CN-DPM and other methods' metrics

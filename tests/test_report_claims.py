@@ -366,3 +366,22 @@ def test_claims_and_comparisons_read_a_bound_through_one_rule():
                                   (2.5, 4.0, False, "wins"), (-1.82, 5.59, None, "not decided")]:
         d = Difference((low + high) / 2, low, high, 4.0)
         assert span_holds(d, span) is holds and d.inside(2.0) is holds and d.verdict == tie
+
+
+def test_claims_wait_for_runs_not_run_yet(ablated):
+    """Part of a grid: a Table 3 configuration and a sweep's point not run yet. The ablation line and the sweep's line
+    say which and decide nothing; the other sweep is drawn and decided as before, its data written."""
+    Path("runs/mnist-360/coca-pt/500/metrics.json").unlink()
+    for method, (omega, accs) in OMEGA.items():
+        add(ablated, "mnist-360", method, 500, accs, algorithm="coca", settings={"omega": omega, "gamma": 0.1})
+    for method, (gamma, accs) in GAMMA.items():
+        add(ablated, "mnist-360", method, 500, accs, algorithm="coca", settings={"omega": 0.1, "gamma": gamma})
+    ablated["report"]["sensitivity"] = {"benchmark": "mnist-360", "buffer": 500, "sweeps": sweeps()}
+    Path("runs/mnist-360/coca-g09/500/metrics.json").unlink()
+    write_report(ablated, "results", PAPER)
+    assert ablation_line() == "B=500: not drawn: coca-pt not run yet."      # named as the table names its row
+    lines = [ln for ln in section(tables_md(), "## Figure 4: sensitivity to ω and γ").splitlines() if ln.startswith("- ")]
+    assert lines[1] == "- γ: not drawn: mnist-360/coca-g09/500 not run yet."
+    assert lines[0].startswith("- ω (0.1, 0.5, 0.9, 1; 3 seeds a point): over ω in [0.1, 0.9]")
+    assert Path("results/plots/sensitivity/omega.csv").exists()
+    assert not Path("results/plots/sensitivity/gamma.csv").exists()

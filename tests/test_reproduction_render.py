@@ -94,13 +94,21 @@ def test_an_edited_number_in_costs_or_plot_data_is_refused_naming_it(copy):
 
 
 def test_a_params_yaml_other_than_its_profile_is_refused_even_with_a_matching_lock(copy):
-    """The hand edit that once went unseen: a comment of the reproduction's params.yaml, its dvc.lock made to match."""
+    """The hand edit that once went unseen: a report text of the reproduction's params.yaml, its dvc.lock made to
+    match. A comment may differ (the profile's document the grid, and are kept current)."""
     folder = copy("mnist-360-sensitivity")
     params = folder / "params.yaml"
-    params.write_text(params.read_text().replace("\n", "\n# a comment added by hand\n", 1))
+    original = params.read_text()
+    params.write_text(original.replace("\n", "\n# a comment added by hand\n", 1))
+    reseal(folder, "params.yaml")
+    check_reproductions(params_of(folder.as_posix()))
+    edited = yaml.safe_load(original)
+    edited["report"]["sensitivity"]["paper_note"] = "a note edited by hand"
+    params.write_text(yaml.safe_dump(edited))
     reseal(folder, "params.yaml")
     line = refusal(folder)
-    assert line.startswith(f"{params} is not profiles/mnist-360-sensitivity.yaml: line 2 reads '# a comment added by hand'")
+    assert line.startswith(f"{params} is not profiles/mnist-360-sensitivity.yaml: report.sensitivity.paper_note reads "
+                           "'a note edited by hand' where the profile has ")
 
 
 def test_a_folder_named_after_no_profile_is_refused(copy):
@@ -139,3 +147,22 @@ def test_a_readme_number_in_a_readings_block_is_refused_naming_the_readme(copy):
     assert "| online-cifar10     | 200      | CoCa 35.61 ± 2.07 (5) | ER-ACE 43.23 ± 2.18 (5) | -7.63 [-10.73, -4.53]" \
         in Path("README.md").read_text()
     check_reproductions(params_of(folder.as_posix()))
+
+
+def test_a_reproduction_of_part_of_its_grid_is_verified_as_its_report_says(copy):
+    """A snapshot part way through a grid: whole runs absent from runs/ and summary.csv (its report names them), the
+    rest verified as ever; a run with only some of its seeds is still refused."""
+    folder = copy("mnist-360-sensitivity")
+    shutil.rmtree(folder / "runs/mnist-360/coca-g09")
+    summary = folder / "results/summary.csv"
+    summary.write_text("".join(ln for ln in summary.read_text().splitlines(keepends=True) if ",coca-g09," not in ln))
+    reseal(folder, "results/summary.csv")
+    rerender_main([str(folder)])
+    tables = (folder / "results/tables.md").read_text()
+    assert "**Part of the grid.** 7 of the 8 runs params.yaml lists have results; not run yet: mnist-360-coca-g09-500." in tables
+    assert "- γ: not drawn: mnist-360/coca-g09/500 not run yet." in tables
+    check_reproductions(params_of(folder.as_posix()))
+    lines = summary.read_text().splitlines(keepends=True)
+    summary.write_text("".join(lines[:-1]))           # the last run's last seed
+    reseal(folder, "results/summary.csv")
+    assert "does not hold the runs" in refusal(folder)

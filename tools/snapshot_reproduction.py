@@ -9,9 +9,9 @@ its folder complete, no trainer at work on it), and, once the workspace's report
 results/ (what check@reproductions verifies). Files are written, then renamed into place; the workspace may be
 training meanwhile.
 
-A report of part of a grid: make the workspace's params.yaml list only the finished runs and what its report needs
-of them (`python tools/part_profile.py <workspace> --profile profiles/<name>.yaml`), `dvc repro` its report,
-snapshot; then give the workspace its whole profile back and train on. While the workspace's report is not current,
+A report of part of a grid: `dvc repro -s check@runs report` in the workspace (its params.yaml the whole profile;
+the report draws the finished runs and names the others), then snapshot, and train on. While the workspace's report
+is not current,
 a folder that holds a report keeps it whole (its params.yaml, results/ and every stage of its dvc.lock that records
 params.yaml's digest), so check@reproductions goes on verifying it, and the runs trained since join runs/ and
 dvc.lock's train stages, ready for a later sitting to resume from.

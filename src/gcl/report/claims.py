@@ -17,7 +17,7 @@ a sweep of 2 seeds a point is not read as refuting what it cannot measure.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -129,9 +129,12 @@ def seeds_text(panel: SweepPanel) -> str:
 
 
 def sweep_line(panel: SweepPanel, index: int) -> str:
-    """One line for one panel: its seeds, then its span and its changes as numbers, each with its verdict."""
+    """One line for one panel: its seeds, then its span and its changes as numbers, each with its verdict; a sweep
+    with points not run yet: which, and nothing decided."""
     where = f"report.sensitivity.sweeps[{index}]"
     sweep: Sweep = panel.sweep
+    if panel.pending:
+        return f"{sweep.shown_name}: not drawn: {', '.join(panel.pending)} not run yet."
     parts = ([span_statement(panel, sweep.span, where)] if sweep.span else []) + [
         change_statement(panel, change, f"{where}.changes[{j}]") for j, change in enumerate(sweep.changes)]
     values = ", ".join(f"{p.x:g}" for p in panel.points)
@@ -186,15 +189,18 @@ def component_pairs(spec: Ablation) -> list[tuple[str, str, str]]:
             for method, parts in spec.configurations.items() if c in parts and frozenset(parts) - {c} in by_parts]
 
 
-def ablation_accs(spec: Ablation, summary: pd.DataFrame, buffer: int, where: str) -> dict[str, list[float]]:
-    """Each configuration's Class-IL per seed at `buffer`; a configuration without a run there is an error."""
+def ablation_accs(spec: Ablation, summary: pd.DataFrame, buffer: int, where: str,
+                  unrun: Collection[tuple[str, str, str]] = ()) -> dict[str, list[float]] | list[str]:
+    """Each configuration's Class-IL per seed at `buffer`; where configurations have not run yet (`unrun`), their
+    names instead; a configuration without a run there in params.yaml is an error."""
     on = summary[(summary.benchmark == spec.benchmark) & (summary.buffer.astype(str) == str(buffer))]
     accs = {m: on.loc[on.method == m, "class_il"].astype(float).tolist() for m in spec.configurations}
     missing = [m for m, values in accs.items() if not values]
-    if missing:
-        raise ReportError(f"{where}: no run of {', '.join(missing)} on {spec.benchmark} at buffer {buffer}; add its "
+    never = [m for m in missing if (spec.benchmark, m, str(buffer)) not in unrun]
+    if never:
+        raise ReportError(f"{where}: no run of {', '.join(never)} on {spec.benchmark} at buffer {buffer}; add its "
                           "run or drop it from the configurations")
-    return accs
+    return missing or accs
 
 
 def _failed(pairs: Sequence[Pair], name: Callable[[str], str], full: bool = False) -> str:
@@ -210,10 +216,14 @@ def _failed(pairs: Sequence[Pair], name: Callable[[str], str], full: bool = Fals
     return f" ({'; '.join(shown)})" if shown else ""
 
 
-def ablation_line(spec: Ablation, summary: pd.DataFrame, name: Callable[[str], str], buffer: int, where: str) -> str:
+def ablation_line(spec: Ablation, summary: pd.DataFrame, name: Callable[[str], str], buffer: int, where: str,
+                  unrun: Collection[tuple[str, str, str]] = ()) -> str:
     """One buffer's line: per component 'helps in k of n pairs' with the failing pairs named, then whether the
-    full method beats every other configuration on the interval. `name`: a configuration's row name."""
-    accs = ablation_accs(spec, summary, buffer, where)
+    full method beats every other configuration on the interval. `name`: a configuration's row name. Where
+    configurations have not run yet (`unrun`), the line says so and decides nothing."""
+    accs = ablation_accs(spec, summary, buffer, where, unrun)
+    if isinstance(accs, list):
+        return f"{buffer_text(buffer)}: not drawn: {', '.join(map(name, accs))} not run yet."
     pairs = [Pair(c, w, wo, difference(accs[w], accs[wo])) for c, w, wo in component_pairs(spec)]
     parts = []
     for c in spec.components:
@@ -249,7 +259,8 @@ ABLATION_TEXT = ("The paper's Table 3 claims on these runs: a component helps wh
                  "no gain are named with their difference and interval.")
 
 
-def ablation_texts(settings: ReportSettings, summary: pd.DataFrame, display: Display) -> dict[tuple[int, str], str]:
+def ablation_texts(settings: ReportSettings, summary: pd.DataFrame, display: Display,
+                   unrun: Collection[tuple[str, str, str]] = ()) -> dict[tuple[int, str], str]:
     """(index in report.tables, benchmark) -> the text under that table's section of that benchmark: the rule, then
     a line per buffer of each report.ablation entry there."""
     out: dict[tuple[int, str], list[str]] = {}
@@ -260,7 +271,7 @@ def ablation_texts(settings: ReportSettings, summary: pd.DataFrame, display: Dis
         def name(method: str, labels: dict[str, str] = labels) -> str:   # as the table names the row
             return labels.get(method) or display.label(method)
 
-        lines = [f"- {ablation_line(spec, summary, name, b, f'report.ablation[{i}]')}\n" for b in spec.buffers]
+        lines = [f"- {ablation_line(spec, summary, name, b, f'report.ablation[{i}]', unrun)}\n" for b in spec.buffers]
         out.setdefault((j, spec.benchmark), []).extend(lines)
     return {key: f"{ABLATION_TEXT}\n\n" + "".join(lines) + "\n" for key, lines in out.items()}
 

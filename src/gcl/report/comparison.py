@@ -10,7 +10,7 @@ shown alone, and the verdict says that an interval needs 2 seeds."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -105,26 +105,45 @@ class ComparisonRow:
     best: str              # the other method with the highest mean at this buffer
     other: pd.Series
     difference: Difference
+    left_out: tuple[str, ...] = ()   # methods of `against` whose run at this buffer has not run yet
 
 
-def comparison_rows(spec: Comparison, summary: pd.DataFrame) -> list[ComparisonRow]:
-    """Per buffer where the main method ran on the benchmark: the best of `spec.against` there (by mean) and the
-    difference. Refuses where a method named has no run at that buffer (a comparison with a method missing would
-    read as a win)."""
+def comparison_rows(spec: Comparison, summary: pd.DataFrame, unrun: Collection[tuple[str, str, str]] = ()
+                    ) -> list[ComparisonRow]:
+    """Per buffer where the main method has results on the benchmark: the best of `spec.against` there (by mean) and
+    the difference. A method of `against` whose run at that buffer has not run yet (`unrun`: (benchmark, method,
+    buffer) of params.yaml's runs without results) is left out of that buffer's candidates only, and the row says
+    so; one with no run at that buffer in params.yaml is refused (a comparison with a method missing would read as a
+    win). A buffer where no candidate has run has no row."""
     on = summary[summary.benchmark == spec.benchmark]
     rows = []
     for buffer in dict.fromkeys(on[on.method == spec.method].buffer):
         at = on[on.buffer == buffer]
         absent = [m for m in spec.against if m not in set(at.method)]
-        if absent:
-            raise ReportError(f"report.comparisons: {absent} have no run on {spec.benchmark} at buffer {buffer}, where "
+        pending = tuple(m for m in absent if (spec.benchmark, m, str(buffer)) in unrun)
+        never = [m for m in absent if m not in pending]
+        if never:
+            raise ReportError(f"report.comparisons: {never} have no run on {spec.benchmark} at buffer {buffer}, where "
                               f"{spec.method} ran; add the runs or drop them from `against`")
+        candidates = [m for m in spec.against if m not in absent]
+        if not candidates:
+            continue
         per_method = {m: at.loc[at.method == m, spec.metric].astype(float).reset_index(drop=True)
-                      for m in [spec.method, *spec.against]}
-        best = max(spec.against, key=lambda m: per_method[m].mean())
+                      for m in [spec.method, *candidates]}
+        best = max(candidates, key=lambda m: per_method[m].mean())
         rows.append(ComparisonRow(str(buffer), per_method[spec.method], best, per_method[best],
-                                  difference(per_method[spec.method], per_method[best])))
+                                  difference(per_method[spec.method], per_method[best]), pending))
     return rows
+
+
+def not_run_text(spec: Comparison, rows: list[ComparisonRow], unrun: Collection[tuple[str, str, str]],
+                 display: Display) -> str:
+    """'Not run yet, so left out: ER-ACE at B=1000; CoCa at B=200 (no row).' ('' where nothing is left out)."""
+    parts = [f"{display.label(m)} at {buffer_text(r.buffer)}" for r in rows for m in r.left_out]
+    shown = {r.buffer for r in rows}
+    parts += [f"{display.label(method)} at {buffer_text(buffer)} (no row)" for benchmark, method, buffer in unrun
+              if benchmark == spec.benchmark and method == spec.method and buffer not in shown]
+    return f"Not run yet, so left out: {'; '.join(parts)}.\n" if parts else ""
 
 
 def _verdicts(rows: list[ComparisonRow], main: str) -> str:
@@ -141,8 +160,9 @@ def _verdicts(rows: list[ComparisonRow], main: str) -> str:
     return f"{main} " + "; ".join(parts) + "."
 
 
-def comparison_section(spec: Comparison, summary: pd.DataFrame, display: Display, h: str) -> str:
-    rows = comparison_rows(spec, summary)
+def comparison_section(spec: Comparison, summary: pd.DataFrame, display: Display, h: str,
+                       unrun: Collection[tuple[str, str, str]] = ()) -> str:
+    rows = comparison_rows(spec, summary, unrun)
     if not rows:
         return ""
     main = display.label(spec.method)
@@ -156,14 +176,19 @@ def comparison_section(spec: Comparison, summary: pd.DataFrame, display: Display
         "verdict": r.difference.verdict,
     } for r in rows])
     metric = {"class_il": "Class-IL", "task_il": "Task-IL"}[spec.metric]
-    others = ", ".join(display.label(m) for m in spec.against)
-    out = [f"{h} {spec.title or f'{main} against the best of {others}'} ({spec.benchmark}, {metric})\n"]
-    if spec.text:
+    ran = [m for m in spec.against if any(m not in r.left_out for r in rows)]   # never name a method that did not run
+    others = ", ".join(display.label(m) for m in ran)
+    title = spec.title if spec.title and ran == list(spec.against) else f"{main} against the best of {others}"
+    out = [f"{h} {title} ({spec.benchmark}, {metric})\n"]
+    if spec.text and ran == list(spec.against):
         out.append(spec.text + "\n")
     out.append(f"Per buffer, {main}'s mean minus that of the best of {others} there (by mean), with the "
                f"{LEVEL:.0%} confidence interval of the difference (Welch: unequal variances); a win or a loss where "
                f"the interval excludes 0; a tie where the whole interval lies inside ±{TIE_WITHIN:g} points; else "
                "not decided (the interval holds 0 and reaches beyond that bound).\n")
+    left_out = not_run_text(spec, rows, unrun, display)
+    if left_out:
+        out.append(left_out)
     out.append(markdown(table) + "\n")
     out.append(_verdicts(rows, main) + "\n\n")
     return "\n".join(out)

@@ -24,7 +24,14 @@ from gcl.report.display import WITHIN_STD_TEXT, Display, fmt_count
 from gcl.report.paper import PAPER, table_source
 from gcl.report.plot_data import SweepPanel, sweep_panels
 from gcl.report.reproductions import read_verified
-from gcl.report.summary import ResolvedReport, environment_line, environments, mixes_environments, stacked_seeds
+from gcl.report.summary import (
+    ResolvedReport,
+    environment_line,
+    environments,
+    mixes_environments,
+    stacked_seeds,
+    unrun,
+)
 from gcl.report.tables import HeadlineRow, headline, headline_table, table_section, unfilled_line
 
 TABLES, COSTS = "tables.md", "costs.md"
@@ -50,6 +57,11 @@ class ProfileResults:
             return sweep_panels(self.resolved, self.summary)
         except ReportError as exc:
             raise ReportError(f"{self.folder}: {exc}" if self.folder else str(exc)) from None
+
+    @cached_property
+    def unrun(self) -> dict[tuple[str, str, str], str]:
+        """The runs params.yaml lists without results here (a report of part of a grid): cell -> run key."""
+        return unrun(self.resolved, self.summary)
 
     @property
     def title(self) -> str:
@@ -125,6 +137,15 @@ def computed_on(summary: pd.DataFrame) -> str:
         "numbers in distribution." if stacked_seeds(summary) else "")
 
 
+def not_run_line(profile: ProfileResults) -> str:
+    """A report of part of a grid says so before any table: how many runs have results, which have not run yet."""
+    listed = len(profile.resolved.runs)
+    keys = list(profile.unrun.values())
+    return (f"**Part of the grid.** {listed - len(keys)} of the {listed} runs params.yaml lists have results; not run "
+            f"yet: {', '.join(keys)}. Every table, comparison, claim and figure below draws what has run: a method "
+            "that has not run is absent from it, and a claim that needs it says so.")
+
+
 def accuracy_sections(profile: ProfileResults, paper: pd.DataFrame, h: str) -> str:
     """One profile's accuracies: headline, data, the paper's tables. `h` is their heading level."""
     resolved, display, settings = profile.resolved, profile.display, profile.resolved.settings
@@ -137,13 +158,15 @@ def accuracy_sections(profile: ProfileResults, paper: pd.DataFrame, h: str) -> s
                   "Ours − paper: our mean minus the paper's number; a column named after another paper holds that "
                   "paper's own number (its authors' data and protocol) and ours minus it.\n\n")
         out.write(headline_table(profile.head, table_source(paper, settings.headline.paper_table)) + "\n\n")
-    claims = ablation_texts(settings, profile.summary, display)
+    if profile.unrun:
+        out.write(not_run_line(profile) + "\n\n")
+    claims = ablation_texts(settings, profile.summary, display, profile.unrun)
     tables = [(spec, table_section(spec, resolved, profile.summary, paper, display, h, below_table(claims, j)))
               for j, spec in enumerate(settings.tables)]
     out.write(data_lines(profile, [unfilled_line(spec, resolved, profile.summary) for spec, text in tables if not text], h))
     out.write("".join(text for _, text in tables))
     for spec in settings.comparisons:
-        out.write(comparison_section(spec, profile.summary, display, h))
+        out.write(comparison_section(spec, profile.summary, display, h, profile.unrun))
     out.write(sensitivity_section(settings, profile.sweeps, display, profile.folder, h))
     return out.getvalue()
 

@@ -279,6 +279,7 @@ def plot_sensitivity(spec: Sensitivity | None, sweeps: list[SweepPanel], path: P
                      kept: Kept | None = None) -> Path | None:
     """Class-IL against each swept setting (the paper's Figure 4: CoCa's omega and gamma), a panel per sweep,
     mean ± std over seeds; no figure without a sweep."""
+    sweeps = [panel for panel in sweeps if not panel.pending]     # a sweep whose runs have not all run: not drawn
     if spec is None or not sweeps:
         return None
     inputs = (spec.model_dump(), [(panel.sweep.model_dump(), panel.points) for panel in sweeps])   # plain data: a

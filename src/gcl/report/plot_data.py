@@ -250,6 +250,7 @@ class SweepPoint:
 class SweepPanel:
     sweep: Sweep                    # its parameter, axis label, marks and statements (report.sensitivity.sweeps)
     points: list[SweepPoint]        # by x, one per value
+    pending: tuple[str, ...] = ()   # its runs not run yet (benchmark/method/buffer): the panel is not drawn
 
     def at(self, x: float) -> SweepPoint | None:
         """The point whose value is `x` (to rounding), or None."""
@@ -259,8 +260,9 @@ class SweepPanel:
 def sweep_panels(resolved: ResolvedReport, summary: pd.DataFrame) -> list[SweepPanel]:
     """Class-IL against each swept setting of `report.sensitivity`, a panel per sweep ([] without one): the x value
     is the setting each run resolves (params.yaml's, defaults filled in, as the run trained with it), the seeds are
-    the summary's (this profile's or a committed reproduction's). A sweep naming a run or setting that does not exist,
-    a run without results, or two runs at one value is an error."""
+    the summary's (this profile's or a committed reproduction's). A sweep with a run that has not run yet is a panel
+    with `pending` and no points (not drawn). A sweep naming a run or setting that does not exist, or two runs at
+    one value, is an error."""
     spec = resolved.settings.sensitivity
     if not spec:
         return []
@@ -269,9 +271,14 @@ def sweep_panels(resolved: ResolvedReport, summary: pd.DataFrame) -> list[SweepP
     panels = []
     for i, sweep in enumerate(spec.sweeps):
         where = f"report.sensitivity.sweeps[{i}]"
+        cells = {method: f"{spec.benchmark}/{method}/{spec.buffer}" for method in sweep.methods}
+        pending = tuple(cell for method, cell in cells.items() if (spec.benchmark, method, str(spec.buffer)) in runs
+                        and on[on.method == method].empty)
+        if pending:                     # part of a grid: this sweep waits for its runs
+            panels.append(SweepPanel(sweep, [], pending))
+            continue
         points = [_sweep_point(where, sweep, runs.get((spec.benchmark, method, str(spec.buffer))), method,
-                               on[on.method == method], f"{spec.benchmark}/{method}/{spec.buffer}")
-                  for method in sweep.methods]
+                               on[on.method == method], cell) for method, cell in cells.items()]
         points.sort(key=lambda p: p.x)
         twice = [f"{a.method} and {b.method} at {sweep.parameter} = {a.x:g}" for a, b in zip(points, points[1:])
                  if math.isclose(a.x, b.x, rel_tol=1e-9, abs_tol=1e-12)]
@@ -320,7 +327,7 @@ def write_plot_data(curves: list[Curve], confusions: list[Confusion], out: Path,
     first seed) and plots/sensitivity/<parameter>.csv (the swept setting, then SWEEP_COLUMNS: one line per seed of
     each point) for `dvc plots show/diff` (dvc.yaml's `plots:`)."""
     paths = []
-    for panel in sweeps:
+    for panel in (p for p in sweeps if not p.pending):
         paths.append(_write_csv(out / "sensitivity" / f"{panel.sweep.parameter}.csv",
                                 [panel.sweep.parameter, *SWEEP_COLUMNS], sweep_rows(panel)))
     for c in curves:

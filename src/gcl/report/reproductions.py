@@ -42,8 +42,8 @@ def fix(folder: Path) -> str:
 def verify(folder: str | Path, resolve_profile: Callable[[Path], dict]) -> dict:
     """Check one folder of report.reproductions: its files are those its dvc.lock records, its params.yaml is a
     valid profile (`resolve_profile`, gcl.config's, resolves it as the report reads it), and its summary holds
-    each seed of each run that params.yaml lists exactly once, with no value emptied. Returns what the report
-    reads (VERIFIED); refuses in one line naming the folder and the file."""
+    each seed of each run that params.yaml lists and that has run exactly once, with no value emptied. Returns what
+    the report reads (VERIFIED); refuses in one line naming the folder and the file."""
     folder = Path(folder)
     for name in (PARAMS, "dvc.lock", SUMMARY, METRICS):
         if not (folder / name).is_file():
@@ -105,9 +105,9 @@ def read_summary(folder: Path) -> pd.DataFrame:
 
 
 def check_rows(folder: Path, summary: pd.DataFrame, resolved: dict) -> None:
-    """Each seed of each run of `resolved` (the run's own seeds where it lists them) appears once, nothing else
-    does, and no value is emptied: the columns NEVER_EMPTY hold one in every row, any other but SEEDWISE holds one
-    for every seed of a run or for none."""
+    """Each seed of each run of `resolved` that has run (the run's own seeds where it lists them) appears once, nothing
+    else does, and no value is emptied (a run with no seed at all has not run yet: its report says so): the columns
+    NEVER_EMPTY hold one in every row, any other but SEEDWISE holds one for every seed of a run or for none."""
     path = folder / SUMMARY
     missing = [c for c in NEVER_EMPTY if c not in summary.columns]
     if missing:
@@ -126,9 +126,11 @@ def check_rows(folder: Path, summary: pd.DataFrame, resolved: dict) -> None:
     if twice.any():
         raise ReportError(f"{path} repeats {_row(summary, twice.idxmax())}: each seed of a run appears once; "
                           f"{fix(folder)}")
-    want = {(r["benchmark"], r["method"], str(r["buffer"]), seed) for key, r in resolved["runs"].items()
-            for seed in resolved["run_seeds"][key]}
     have = set(zip(summary.benchmark, summary.method, summary.buffer.astype(str), summary.seed.astype(int)))
+    ran = {(b, m, buffer) for b, m, buffer, _ in have}
+    # a run with no seed here has not run yet (a report of part of a grid says so); one with some seeds is half-copied
+    want = {(r["benchmark"], r["method"], str(r["buffer"]), seed) for key, r in resolved["runs"].items()
+            for seed in resolved["run_seeds"][key] if (r["benchmark"], r["method"], str(r["buffer"])) in ran}
     if want != have:
         missing, extra = sorted(want - have), sorted(have - want)
         raise ReportError(f"{path} does not hold the runs {folder / PARAMS} lists ({len(missing)} seed(s) missing, "

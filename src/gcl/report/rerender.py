@@ -4,8 +4,8 @@ A folder of report.reproductions (gcl.report.reproductions) holds a profile's pa
 where they were committed, the runs' runs/<benchmark>/<method>/<buffer>/metrics.json. Its dvc.lock vouches for the
 inputs (params.yaml, results/summary.csv); this module vouches for the rest:
 
-- params.yaml is the profile it is named after, byte for byte: reproductions/<name>/params.yaml equals
-  profiles/<name>.yaml (`check_profile`);
+- params.yaml holds the settings of the profile it is named after: reproductions/<name>/params.yaml parses to what
+  profiles/<name>.yaml parses to, comments aside (`check_profile`);
 - where runs/ is committed, summary.csv is what the report builds from the runs' metrics.json, so an edited seed
   shows, named by its run (`check_runs`);
 - tables.md, costs.md, metrics.json and the plot data are what the report renders today from those inputs and the
@@ -32,6 +32,7 @@ import tempfile
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from gcl.report.common import ReportError
 from gcl.report.comparison import LEVEL, TIE_WITHIN, comparison_rows, interval_text
@@ -56,15 +57,41 @@ def profile_of(folder: Path) -> Path:
 
 
 def check_profile(folder: Path) -> None:
-    """The folder's params.yaml must be its profile, byte for byte: the reproduction is of the profile it names."""
+    """The folder's params.yaml must hold the settings of its profile, every value equal (comments may differ: they
+    document, and the profile's are kept current); the first setting that differs is named."""
     profile, params = profile_of(folder), folder / PARAMS
     if not profile.is_file():
         raise ReportError(f"{folder} names no profile: {profile} does not exist (a reproduction folder is named after "
                           "the profile it ran); rename the folder or add the profile")
-    if params.read_bytes() != profile.read_bytes():
-        raise ReportError(f"{params} is not {profile}: {first_difference(profile, params)}; a reproduction holds the "
-                          f"profile it ran, unedited: restore it (`git checkout -- {params}`), or make the profile "
-                          "and the folder one again (run the profile's changed runs and snapshot them)")
+    ran, declared = yaml.safe_load(params.read_text()), yaml.safe_load(profile.read_text())
+    where = first_different_setting(declared, ran)
+    if where is not None:
+        raise ReportError(f"{params} is not {profile}: {where}; a reproduction holds the profile it ran, unedited: "
+                          f"restore it (`git checkout -- {params}`), or make the profile and the folder one again (train "
+                          "the profile's changed runs and snapshot them)")
+
+
+def first_different_setting(expected, actual, path: str = "") -> str | None:
+    """'runs.x.lr is 0.2 there, 0.1 here' for the first setting (in the expected file's order) that differs."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        for key in [*expected, *(k for k in actual if k not in expected)]:
+            inner = f"{path}.{key}" if path else str(key)
+            if key not in actual:
+                return f"{inner} is missing"
+            if key not in expected:
+                return f"{inner} is not in the profile"
+            found = first_different_setting(expected[key], actual[key], inner)
+            if found:
+                return found
+        return None
+    if expected != actual:
+        return f"{path or 'the file'} reads {_short(actual)} where the profile has {_short(expected)}"
+    return None
+
+
+def _short(value, width: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[:width] + "..."
 
 
 def first_difference(expected: Path, actual: Path, expected_name: str | None = None) -> str:
@@ -160,7 +187,8 @@ def check_outputs(folder: Path, resolved: dict) -> None:
 
 
 def rerender(folder: Path, resolved: dict) -> list[str]:
-    """Rewrite the folder's compared results/ files with what the report renders today; returns those that changed."""
+    """Rewrite the folder's compared results/ files with what the report renders today, and remove the plot data it no
+    longer renders; returns those that changed."""
     with tempfile.TemporaryDirectory() as tmp:
         rendered = render_again(folder, resolved, Path(tmp))
         changed = []
@@ -173,6 +201,9 @@ def rerender(folder: Path, resolved: dict) -> list[str]:
             shutil.copyfile(mine, staged)
             os.replace(staged, theirs)          # a reader never sees half a file
             changed.append(name)
+        for name in sorted(set(compared_plots(folder, (folder / "runs").is_dir())) - set(rendered)):
+            (folder / "results" / name).unlink()    # plot data of a run the report no longer draws
+            changed.append(f"{name} (removed)")
         return changed
 
 

@@ -66,14 +66,25 @@ class ResolvedReport:
 
 def load_cells(resolved: ResolvedReport, root: str | Path = ".") -> list[RunResult]:
     """Each run's metrics.json under `root` (runs/<benchmark>/<method>/<buffer>/ there), in the order params.yaml
-    lists the runs."""
+    lists the runs; a run without one has not run yet and is left out (`unrun` names it, and the report draws what
+    has run: a workspace part way through a grid reports its finished runs)."""
     cells = []
-    for key, run in resolved.runs.items():
+    for run in resolved.runs.values():
         path = Path(root) / run_dir(run) / "metrics.json"
-        if not path.exists():
-            raise ReportError(f"{path.as_posix()} (run {key}) is missing: run `dvc repro` so its train stage runs first")
-        cells.append(RunResult.from_json(json.loads(path.read_text())))
+        if path.exists():
+            cells.append(RunResult.from_json(json.loads(path.read_text())))
     return cells
+
+
+Cell = tuple[str, str, str]     # (benchmark, method, buffer as text): one run of params.yaml
+
+
+def unrun(resolved: ResolvedReport, summary: pd.DataFrame) -> dict[Cell, str]:
+    """The runs params.yaml lists that have no results in `summary`, (benchmark, method, buffer) -> run key, in
+    params.yaml's order: what a report of part of a grid leaves out, and says so."""
+    have = set(zip(summary.benchmark, summary.method, summary.buffer.astype(str))) if len(summary) else set()
+    cells = {(r["benchmark"], r["method"], str(r["buffer"])): key for key, r in resolved.runs.items()}
+    return {cell: key for cell, key in cells.items() if cell not in have}
 
 
 def stale_runs(resolved: ResolvedReport, root: str | Path = ".") -> list[str]:
@@ -113,7 +124,9 @@ METHOD_METRIC = "method_metrics."
 
 def summary_frame(cells: list[RunResult]) -> pd.DataFrame:
     """One row per (benchmark, method, buffer, seed), the columns of COLUMNS; counts (steps, samples, a method's
-    whole-numbered metrics) as integers, empty where a seed has none."""
+    whole-numbered metrics) as integers, empty where a seed has none. No run at all: an error (nothing to report)."""
+    if not cells:
+        raise ReportError("no run has results yet: run `dvc repro` (its train stages run first)")
     rows = []
     for c in cells:
         for seed, r in c.seeds.items():
