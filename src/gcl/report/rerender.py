@@ -40,7 +40,7 @@ from gcl.report.display import Display, fmt_mean_std, markdown
 from gcl.report.document import COSTS, TABLES
 from gcl.report.paper import read_paper
 from gcl.report.reproductions import PARAMS, SUMMARY, read_summary
-from gcl.report.summary import ResolvedReport, load_cells, stale_runs, summary_frame
+from gcl.report.summary import ResolvedReport, load_cells, stale_runs, summary_frame, unrun
 from gcl.report.write import render_report
 
 PROFILES = Path("profiles")
@@ -215,16 +215,18 @@ def readings_block(folder: Path, resolved: dict) -> str:
     one table, a row per benchmark and buffer, with the reading rule and where the numbers come from."""
     report = ResolvedReport.from_json(resolved)
     summary, display = read_summary(folder), Display(report)
+    pending = unrun(report, summary)
     rows = []
     for spec in report.settings.comparisons:
         main = display.label(spec.method)
-        for r in comparison_rows(spec, summary):
+        for r in comparison_rows(spec, summary, pending):
             rows.append({"benchmark": spec.benchmark, "buffer": r.buffer,
                          "method (seeds)": f"{main} {fmt_mean_std(r.main.mean(), r.main.std())} ({len(r.main)})",
                          "best other (seeds)": f"{display.label(r.best)} {fmt_mean_std(r.other.mean(), r.other.std())} "
                                                f"({len(r.other)})",
                          f"difference, {LEVEL:.0%} interval": f"{r.difference.estimate:+.2f} {interval_text(r.difference)}",
-                         "reading": r.difference.verdict})
+                         "reading": r.difference.verdict + (f" (not run yet: {', '.join(map(display.label, r.left_out))})"
+                                                            if r.left_out else "")})
     if not rows:
         raise ReportError(f"{folder / PARAMS} has no report.comparisons: a README has no readings of it to quote")
     return (markdown(pd.DataFrame(rows)) + "\n\n"
