@@ -21,7 +21,7 @@ SETTINGS = {
     "er-star": {"lam": 0.5}, "derpp-star": {"alpha": 0.3, "beta": 0.5, "lam": 0.5},
     "gss": {"gss_minibatch": 4}, "gem": {}, "icarl": {}, "fdr": {},
     "hal": {"hal_lambda": 0.1, "beta": 0.5, "gamma": 0.1, "anchor_steps": 3, "finetune_steps": 1},
-    "lwf": {"alpha": 1.0}, "oewc": {"e_lambda": 10.0}, "si": {"c": 1.0}, "pcr": {},
+    "lwf": {"alpha": 1.0}, "oewc": {"e_lambda": 10.0}, "si": {"c": 1.0}, "pcr": {}, "esmer": {},
     "cndpm": {"arch": "mlp", "lr_vae": 1e-3, "log_alpha": -60.0, "stm_capacity": 20, "sleep_steps_vae": 20,
               "sleep_steps_cls": 20, "sleep_batch": 10, "z_dim": 4, "z_samples": 2, "vae_width": 8, "vae_ext": 4,
               "cls_width": 8, "cls_ext": 4},

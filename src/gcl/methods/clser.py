@@ -157,25 +157,27 @@ class CLSER(Method):
     def evaluated(self) -> nn.Module:
         return {"stable": self.stable, "plastic": self.plastic, "working": self.net}[self.cfg.evaluated_model]
 
-    @contextmanager
-    def _eval_mode(self, model: nn.Module):
-        """`model` in eval mode, its mode restored afterwards (the working network's is the loop's business)."""
-        if model is self.net:
-            yield model
-            return
-        mode = model.training
-        model.eval()
-        try:
-            yield model
-        finally:
-            model.train(mode)
-
     @torch.no_grad()
     def predict(self, x: torch.Tensor) -> torch.Tensor:
-        with self._eval_mode(self.evaluated()) as model:
+        with evaluating(self.evaluated(), self.net) as model:
             return model(x)
 
     @torch.no_grad()
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        with self._eval_mode(self.evaluated()) as model:
+        with evaluating(self.evaluated(), self.net) as model:
             return model.features(x)
+
+
+@contextmanager
+def evaluating(model: nn.Module, working: nn.Module):
+    """`model` (a memory of the working network, or that network) in eval mode, its mode restored afterwards; the
+    working network's own mode is the loop's business, left as it is."""
+    if model is working:
+        yield model
+        return
+    mode = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(mode)
