@@ -1,5 +1,6 @@
 """Reservoir buffer: uniform inclusion, later-wins collisions, preallocation, sampling."""
 import numpy as np
+import pytest
 import torch
 
 from gcl.core.buffer import ReservoirBuffer, reservoir_slots
@@ -30,6 +31,7 @@ def test_vectorised_insertion_equals_one_by_one_insertion():
         assert buf.fields["examples"].tolist() == ref, batch
 
 
+@pytest.mark.slow
 def test_inclusion_probability_is_uniform():
     """Every one of 100 stream samples ends in a 10-slot buffer with probability 0.1 (chi-square test)."""
     capacity, n, trials = 10, 100, 3000

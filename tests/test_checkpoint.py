@@ -85,6 +85,7 @@ def same_numbers(a: SeedResult, b: SeedResult) -> None:
             assert a[key] == b[key], key
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_a_stopped_seed_resumes_to_the_same_numbers(name, seq, monkeypatch, tmp_path):
     """A checkpoint after every step; the stream stops in the middle of the second task (epoch 2)."""
@@ -111,6 +112,7 @@ def test_resume_from_the_last_task_end(name, seq, monkeypatch, tmp_path):
     assert any(f"at step {2 * task_end} of" in line for line in lines)   # the end of task 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["er", "derpp", "coca", "clser"])
 def test_mnist360_resumes_to_the_same_numbers(name, tiny_mnist360, monkeypatch, tmp_path):
     """No tasks: checkpoints come by time only (here after every step)."""

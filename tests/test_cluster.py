@@ -40,6 +40,7 @@ def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
 
 
+@pytest.mark.slow
 def test_a_second_driver_on_a_workspace_is_refused_in_one_line(tmp_path):
     (tmp_path / "dvc.yaml").write_text("stages: {}\n")
     with RunLock(tmp_path / DRIVER_LOCK, "cluster"):
@@ -50,6 +51,7 @@ def test_a_second_driver_on_a_workspace_is_refused_in_one_line(tmp_path):
                            "--status` shows its jobs\n")
 
 
+@pytest.mark.slow
 def test_status_before_anything_was_submitted_and_outside_a_workspace(tmp_path):
     (tmp_path / "dvc.yaml").write_text("stages: {}\n")
     assert "no jobs were submitted from this workspace" in run_cli(tmp_path, "--status").stdout
@@ -240,6 +242,7 @@ def child_of(pid: int) -> int:
     return children[0]
 
 
+@pytest.mark.slow
 def test_a_job_told_to_stop_stops_its_cells_is_requeued_and_starts_them_again(tmp_path):
     """SIGUSR2 (what Slurm sends before a preemption or the time limit; here to the local job's task): the job stops
     its cells' processes and is requeued; its next attempt starts them again. A cell that fails is written down
@@ -277,6 +280,7 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.mark.slow
 def test_slurms_sigterm_and_sigusr2_to_every_process_reach_the_stage_as_sigint(tmp_path):
     """Slurm signals every process of a job's step: a cell's command (the train stage) got SIGTERM and died at
     once, or SIGUSR2, whose default ends a process. Now the command ignores both, and the job stops it with SIGINT
@@ -325,6 +329,7 @@ def dvc_project(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("half_written", [True, False], ids=["half-written", "its-pid-given-to-another-process"])
 def test_an_attempt_removes_the_dvc_locks_a_killed_dvc_left_in_its_clone(tmp_path, half_written):
     """The rwlock a DVC killed mid-write leaves (empty), or one naming a process id that is now another process's
@@ -684,6 +689,7 @@ print("CUDA_VISIBLE_DEVICES=" + os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"
     ("3,5", 0, 2, ["3,5", "3,5"]),          # --gpus 0: what the user sees, not CUDA_VISIBLE_DEVICES=""
     (None, 0, 1, ["(unset)"]),
 ])
+@pytest.mark.slow
 def test_local_jobs_share_out_the_gpus_the_user_sees(tmp_path, monkeypatch, user, gpus, slots, seen):
     """Through submitit's local executor, as the driver submits: each slot's cells see its share of the user's
     CUDA_VISIBLE_DEVICES; without --gpus they see what the user sees (a GPU machine never trains on the CPU
@@ -720,6 +726,7 @@ def test_local_jobs_asking_for_more_gpus_than_the_user_sees_are_refused_in_one_l
         slot_gpus(JobOptions("local", gpus=1, max_parallel=4), {"CUDA_VISIBLE_DEVICES": "0,1"})
 
 
+@pytest.mark.slow
 def test_a_cell_asking_for_a_gpu_that_would_train_on_the_cpu_stops_in_one_line(tmp_path):
     """--gpus 1, and torch in the cell's environment sees no GPU (here: none visible): the cell fails before its
     first command, in one line, instead of training on the CPU."""

@@ -158,6 +158,7 @@ def test_adam_makes_the_parameters_and_gradients_views_of_flat_tensors():
 
 # --- the two-class stream -------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_second_class_arriving_creates_a_second_expert_and_the_mixture_classifies_both():
     m = make()
     feed(m, 0, 60, seed=1)
@@ -175,6 +176,7 @@ def test_a_second_class_arriving_creates_a_second_expert_and_the_mixture_classif
     assert (gate == y).float().mean().item() >= 0.9
 
 
+@pytest.mark.slow
 def test_expert_zero_never_changes():
     m = make()
     feed(m, 0, 10, seed=1)
@@ -186,6 +188,7 @@ def test_expert_zero_never_changes():
     assert all(torch.equal(v, frozen[k]) for k, v in m.experts[0].state_dict().items())
 
 
+@pytest.mark.slow
 def test_a_runaway_expert_count_stops_the_run_naming_alpha():
     m = make(log_alpha=1000.0, max_experts=2, stm_capacity=10)   # a new expert always wins
     feed(m, 0, 20, seed=1)
@@ -194,6 +197,7 @@ def test_a_runaway_expert_count_stops_the_run_naming_alpha():
         feed(m, 0, 10, seed=3)
 
 
+@pytest.mark.slow
 def test_state_dict_round_trip_continues_identically():
     a = make()
     feed(a, 0, 60, seed=1)
@@ -222,6 +226,7 @@ def two_task_run(stm_capacity: int) -> dict:
     return run_seed(bench, settings.training(), run, 0, CPU)
 
 
+@pytest.mark.slow
 def test_runs_in_the_training_loop_on_a_sequential_benchmark():
     result = two_task_run(stm_capacity=50)
     assert result.method_metrics["experts"] >= 1

@@ -352,6 +352,7 @@ def first_nonfinite_step(head_norm: str, seed: int, steps: int) -> int | None:
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3, 6])
 def test_heads_without_batchnorm_train_at_batch_one_where_batchnorm_heads_diverge(seed):
     """At stream batch 1 a head's BatchNorm normalises the stream sample and the few replayed ones of the
@@ -465,6 +466,7 @@ def synthetic_source(per_class=40, test_per_class=10, seed=0):
             "classes": [str(d) for d in range(10)]}
 
 
+@pytest.mark.slow
 def test_table3_variants_train_through_run_seed_without_boundaries(monkeypatch):
     def refuse(self, task):
         raise AssertionError("a general-continual method was handed a task boundary")

@@ -97,6 +97,7 @@ def assert_same_state(a, b, exact: bool):
         assert a == b
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SETTINGS))
 def test_a_compiled_mlp_trains_exactly_as_the_eager_one(name, counted_aot_eager):
     (eager_loss, eager_state), (compiled_loss, compiled_state) = train_both(name, lambda: MLP((1, 28, 28), 10))
@@ -105,6 +106,7 @@ def test_a_compiled_mlp_trains_exactly_as_the_eager_one(name, counted_aot_eager)
     assert_same_state(eager_state, compiled_state, exact=True)
 
 
+@pytest.mark.slow
 def test_batchnorm_statistics_move_alike_through_a_compiled_resnet(counted_aot_eager):
     """ResNet-18's running statistics are updated in place inside the compiled graph: they must end alike."""
     (eager_loss, eager_state), (compiled_loss, compiled_state) = train_both(
@@ -115,6 +117,7 @@ def test_batchnorm_statistics_move_alike_through_a_compiled_resnet(counted_aot_e
     assert not torch.equal(eager_state["net"]["stem.1.running_mean"], torch.zeros(64))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (shutil.which("g++") or shutil.which("clang++")), reason="inductor's CPU kernels need a C++ compiler")
 def test_inductor_kernels_train_as_eager_to_rounding():
     """The real CPU code path (generated C++ kernels): the same training up to floating-point rounding."""
@@ -178,6 +181,7 @@ def test_compile_mode_follows_the_setting_the_device_and_the_method(monkeypatch)
     assert compile_mode(True, cuda, gss) is None
 
 
+@pytest.mark.slow
 def test_a_compiled_seed_scores_as_the_eager_one_and_says_so(tiny_mnist360, counted_aot_eager):
     bench, cfg = tiny_mnist360
     run = run_settings("er", 50, lr=0.1, batch=4, replay_batch=8)
@@ -191,6 +195,7 @@ def test_a_compiled_seed_scores_as_the_eager_one_and_says_so(tiny_mnist360, coun
     assert eager.environment["compiled"] == "eager" and compiled.environment["compiled"] == "default"
 
 
+@pytest.mark.slow
 def test_bf16_autocast_reaches_inside_the_compiled_graph(tiny_mnist360, counted_aot_eager):
     """bf16 autocast is entered around each step; the compiled passes must run under it as the eager ones do."""
     bench, cfg = tiny_mnist360

@@ -46,6 +46,7 @@ def dry_profiles(scale: float) -> tuple[dict, dict]:
     return params, dryrun.dry_profile(params, dryrun.selected_runs(params, ["*"]), args)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scale", [0.1, 0.01])     # the default, and the CI-size dry run's
 def test_every_short_batch_of_every_run_is_the_real_streams(scale):
     """Every run of the paper profile meets, on the cut stream, the short batches of its real stream in the same
@@ -82,6 +83,7 @@ def test_a_kinds_batch_sizes_are_those_of_its_stream(block):
         assert dryrun.stream_batches(params, "b", batch, 2, counts) == real_stream_batches(params, "b", batch, 2, counts)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SOURCE_SHAPES))
 def test_random_pixels_have_the_real_pixels_mean_and_spread(name):
     """The random stand-in's pixels copy the real ones' mean and std per channel, so a run's learning rate takes

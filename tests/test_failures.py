@@ -87,6 +87,7 @@ def test_check_runs_depends_on_all_the_code_train_stages_run():
     assert stages["train"]["do"]["cmd"].startswith("python -m gcl.warm stages/train.py")   # itself part of TRAIN_CODE
 
 
+@pytest.mark.slow
 def test_a_train_stage_refuses_settings_resolved_for_other_code(tmp_path):
     project = tmp_path / "project"
     for part in ("stages", "src/gcl"):
@@ -191,6 +192,7 @@ def _processes_in(folder: Path) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux's")
 def test_killing_a_stages_parent_ends_the_stage_and_its_workers(tmp_path):
     folder = tmp_path.resolve()

@@ -70,6 +70,7 @@ def test_panels_hold_at_most_eight_methods():
         validate(ReportSettings, {"curves": {"groups": {"big": ordered[:9]}}}, "report")
 
 
+@pytest.mark.slow
 def test_curve_figure_panels_and_lines(tmp_path, monkeypatch):
     """12 methods at two buffers + a bufferless one: a 2 x 2 grid, no panel over MAX_LINES lines, and the
     bufferless method drawn dashed in both rows."""
@@ -122,6 +123,7 @@ def test_degenerate_features():
     assert plot_data.degenerate(np.random.default_rng(0).normal(size=(50, 4))) is None
 
 
+@pytest.mark.slow
 def test_a_figure_that_cannot_be_drawn_is_skipped_with_a_warning(tmp_path, monkeypatch):
     """All-zero features (t-SNE crashed on them) and non-finite ones: skipped and named; the other
     figures and every table are written."""
@@ -183,6 +185,7 @@ def test_a_sweeps_marks_are_drawn_as_dotted_lines_with_their_note(tmp_path, monk
     assert any("The paper's Figure 4 is on Seq-CIFAR-100 at buffer 500." in t.get_text() for t in drawn["fig"].texts)
 
 
+@pytest.mark.slow
 def test_a_tsne_embedding_is_the_same_in_a_worker_thread_as_single_threaded():
     """The report embeds the runs side by side in threads, each on one OpenMP thread: what it draws is the
     one-thread embedding, whichever thread computed it."""
@@ -200,6 +203,7 @@ def test_a_tsne_embedding_is_the_same_in_a_worker_thread_as_single_threaded():
     assert alone.shape == (120, 2) and all(np.array_equal(alone, t) for t in threaded)
 
 
+@pytest.mark.slow
 def test_every_figure_is_drawn_from_the_runs(tmp_path, monkeypatch):
     """A report with curves, visualised runs (confusion, t-SNE) and a sweep draws all four figures, no warning."""
     monkeypatch.chdir(tmp_path)
@@ -261,6 +265,7 @@ def test_the_colours_follow_the_report_order_and_differ_within_a_panel():
     assert colours["b"] == colours["d"] == figures.PALETTE[1]
 
 
+@pytest.mark.slow
 def test_legends_stand_outside_the_curves_and_every_axis_is_explained():
     import matplotlib.pyplot as plt
     figs = figures.curve_figures(*default_profile_curves())

@@ -321,6 +321,7 @@ def test_a_long_decode_reports_its_progress(tmp_path, monkeypatch, capsys):
     assert lines[-1].startswith("copy: 30 of 30 train images decoded (100%")   # the 9 test images: too few to report
 
 
+@pytest.mark.slow
 def test_a_failed_prepare_stage_prints_one_line_and_leaves_no_data_file(tmp_path):
     """prepare@ of a folder with a damaged image, through the stage launcher as dvc.yaml runs it: one line
     `error: ...`, a non-zero status, and nothing under data/raw/<source>/ (the file is written only when complete)."""
@@ -350,6 +351,7 @@ def test_a_failed_prepare_stage_prints_one_line_and_leaves_no_data_file(tmp_path
         [0, 0, 0, 1, 1, 1, 2, 2]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not CIFAR10_JPEG.is_file(), reason=f"no CIFAR-10 JPEG copy at {CIFAR10_JPEG} (GCL_CIFAR10_JPEG)")
 def test_the_cifar10_jpeg_copy_reads_as_cifar10(capsys):
     """The real archive (all 60,000 CIFAR-10 images as JPEG q75 in class folders; GCL_CIFAR10_JPEG names it) through

@@ -68,6 +68,7 @@ def test_a_profiles_projection_from_two_timed_steps(gridcost, tmp_path, capsys):
     assert "whole profile" in out and "device-hours" in out and "b" in out
 
 
+@pytest.mark.slow
 def test_several_processes_divide_the_step_time(gridcost, tmp_path):
     rows = gridcost.main(["--profile", str(write_profile(tmp_path)), "--methods", "sgd", "--steps", "2",
                           "--warmup", "1", "--device", "cpu", "--processes", "2", "--threads", "1"])

@@ -219,6 +219,7 @@ print(json.dumps(data["train_x"][:, 0, 0, 0].tolist()))
 """
 
 
+@pytest.mark.slow
 def test_the_image_order_is_the_same_in_every_process_whatever_the_hash_seed(tmp_path):
     """Ties in natural order (0001.png, 001.png, 01.png, 1.png) came out in a set's order, which changes with
     PYTHONHASHSEED: each process below lists the folder under another seed."""

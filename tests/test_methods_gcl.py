@@ -301,6 +301,7 @@ def gss_on_resnet(channels_last: bool):
     return METHODS["gss"](net, run_settings("gss", buffer=6, lr=0.05, batch=4, replay_batch=4, gss_minibatch=4), ctx)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("channels_last, bf16", [(True, False), (False, True), (True, True)])
 def test_gss_under_channels_last_and_bf16(channels_last, bf16):
     """Per-sample gradients run under vmap, which can neither make a per-sample input channels_last nor take
@@ -331,6 +332,7 @@ RUNS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_trains_end_to_end_without_task_boundaries(name, tiny_mnist360, monkeypatch):
     bench, bench_cfg = tiny_mnist360

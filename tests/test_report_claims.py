@@ -90,6 +90,7 @@ def sweep_lines() -> list[str]:
     return [ln[2:] for ln in text.splitlines() if ln.startswith("- ")]
 
 
+@pytest.mark.slow
 def test_the_sections_caption_names_the_figure_its_benchmark_buffer_and_the_papers(swept):
     swept["report"]["figures"] = True
     write_report(swept, "results", PAPER)

@@ -101,6 +101,7 @@ def workspace(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_the_committed_reproduction_is_the_one_its_dvc_lock_records():
     """Our MD5 is DVC's: the committed folder's files match the digests its dvc.lock holds."""
     folder = ROOT / "reproductions" / "mnist-360"

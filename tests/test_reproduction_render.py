@@ -56,6 +56,7 @@ def reseal(folder: Path, name: str) -> None:
     lock.write_text(yaml.safe_dump(stages, sort_keys=False))
 
 
+@pytest.mark.slow
 def test_every_committed_reproduction_is_what_the_report_renders_from_it(monkeypatch):
     monkeypatch.chdir(ROOT)
     verified = check_reproductions(params_of(*COMMITTED))
@@ -117,6 +118,7 @@ def test_a_folder_named_after_no_profile_is_refused(copy):
     assert refusal(folder).startswith(f"{folder} names no profile: profiles/mnist-360-sensitivity.yaml does not exist")
 
 
+@pytest.mark.slow
 def test_rerender_brings_a_stale_document_back_and_then_it_passes(copy, capsys):
     """What `python -m gcl.rerender` does after a change of the report's code: here the stale document is an
     edited one, rendered back to the committed bytes."""
@@ -131,6 +133,7 @@ def test_rerender_brings_a_stale_document_back_and_then_it_passes(copy, capsys):
     check_reproductions(params_of(folder.as_posix()))
 
 
+@pytest.mark.slow
 def test_a_readme_number_in_a_readings_block_is_refused_naming_the_readme(copy):
     """A README quotes a reproduction's readings only in a generated block; an edited number there is refused, and
     `python -m gcl.rerender` writes the block back."""
@@ -149,6 +152,7 @@ def test_a_readme_number_in_a_readings_block_is_refused_naming_the_readme(copy):
     check_reproductions(params_of(folder.as_posix()))
 
 
+@pytest.mark.slow
 def test_a_reproduction_of_part_of_its_grid_is_verified_as_its_report_says(copy):
     """A snapshot part way through a grid: whole runs absent from runs/ and summary.csv (its report names them), the
     rest verified as ever; a run with only some of its seeds is still refused."""

@@ -41,6 +41,7 @@ def test_channels_last_gives_the_same_numbers():
     assert torch.allclose(plain(x), fast(x), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_one_sgd_step_reduces_the_loss_on_a_fixed_batch():
     torch.manual_seed(0)
     net = ResNet18((3, 16, 16), 10)    # any size works; a small one keeps the test fast on CPU

@@ -17,6 +17,7 @@ def project(tmp_path, monkeypatch):
     return small_er_run([0, 1, 2])
 
 
+@pytest.mark.slow
 def test_parallel_seeds_give_the_same_numbers(project):
     serial = json.loads(train_run(project).read_text())
     parallel = json.loads(train_run(project, workers=2).read_text())
@@ -26,6 +27,7 @@ def test_parallel_seeds_give_the_same_numbers(project):
     assert serial["mean"] == parallel["mean"] and serial["std"]["class_il"] > 0
 
 
+@pytest.mark.slow
 def test_seeds_trained_through_the_spawn_pool_give_the_same_numbers(project, monkeypatch):
     """The pool a GPU's seed workers use (spawn: fresh interpreters, the run's settings and log sent to them),
     exercised on the CPU, where the numbers must equal those of one process."""
@@ -38,6 +40,7 @@ def test_seeds_trained_through_the_spawn_pool_give_the_same_numbers(project, mon
         assert spawned["seeds"][seed]["acc_matrix"] == serial["seeds"][seed]["acc_matrix"]
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_resumes_with_its_finished_seeds(project, monkeypatch):
     first = json.loads(train_run(project).read_text())
     calls = interrupted_at_seed_2(project, monkeypatch)
@@ -48,6 +51,7 @@ def test_an_interrupted_run_resumes_with_its_finished_seeds(project, monkeypatch
     assert not (PROGRESS_DIR / "er-50").exists()        # cleared once the run is complete
 
 
+@pytest.mark.slow
 def test_seeds_finished_eager_are_not_reused_by_a_compiled_attempt(project, monkeypatch):
     """`compile: auto` resolves per machine (a GPU with Triton compiles): seeds finished eagerly are not taken
     into an attempt that compiles, nor its checkpoints."""
@@ -81,6 +85,7 @@ def interrupt_at_call(monkeypatch, cls, call: int):
     return original
 
 
+@pytest.mark.slow
 def test_a_run_stopped_inside_a_seed_resumes_from_its_checkpoint(project, monkeypatch):
     """The stage is stopped in the middle of seed 1; run again, it reuses seed 0, resumes seed 1 from its last
     checkpoint, and ends with the numbers of a run that never stopped. The checkpoints go once the run is done."""
@@ -123,6 +128,7 @@ def interrupted_at_seed_2(project, monkeypatch, workers: int = 1) -> list[int]:
     return calls
 
 
+@pytest.mark.slow
 def test_a_truncated_seed_result_is_refused_and_the_seed_trains_again(project, monkeypatch):
     whole = json.loads(train_run(project).read_text())
     calls = interrupted_at_seed_2(project, monkeypatch)
@@ -134,6 +140,7 @@ def test_a_truncated_seed_result_is_refused_and_the_seed_trains_again(project, m
     assert f"{seed_1} refused: it cannot be read (JSONDecodeError" in (out.parent / "train.log").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["foreign", "truncated"])
 def test_features_of_another_attempt_are_refused_and_the_first_seed_trains_again(project, monkeypatch, damage):
     """The t-SNE input must be the first seed's of these settings: a features.pt left by an attempt with other
@@ -182,6 +189,7 @@ def _compile_threads() -> str | None:
     return os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
 
 
+@pytest.mark.slow
 def test_seed_workers_share_the_cores_for_kernel_compilation(monkeypatch):
     """Each of several seed workers compiles kernels with its share of the cores, unless the user set a number."""
     import multiprocessing
@@ -210,6 +218,7 @@ def stacked_project(four_cores):
     return small_er_run([0, 1, 2], stack=True)
 
 
+@pytest.mark.slow
 @stack_independent_kernels
 def test_a_stacked_run_gives_the_same_numbers_however_its_seeds_are_grouped(stacked_project):
     """`stack: true` trains ER's seeds as one network per worker: one group of three, or groups of two and one in
@@ -230,6 +239,7 @@ class StopInSecondGroup(RuntimeError):
     pass
 
 
+@pytest.mark.slow
 def test_an_interrupted_stacked_run_resumes_with_its_finished_group(stacked_project, monkeypatch):
     """A stacked run stopped in its second group (seed 2) keeps the first group's seeds and trains the second
     again: the numbers of a run that never stopped."""
@@ -261,6 +271,7 @@ def stacked_sizes(result: dict) -> list[int | None]:
     return [seed["environment"].get("stacked") for seed in result["seeds"].values()]
 
 
+@pytest.mark.slow
 def test_stack_auto_makes_no_stack_of_one(four_cores):
     """`stack: auto` stacks where it batches something: with a process for each seed (workers 3, or `auto`, on 4 cores)
     every seed trains alone, and with 2 workers the seed a group of one would hold trains alone, recorded as alone,
@@ -318,6 +329,7 @@ def recording(function, calls: list):
     return recorded
 
 
+@pytest.mark.slow
 def test_a_stacked_group_stopped_mid_stream_resumes_from_its_checkpoint(stacked_project, monkeypatch):
     """A stacked group (one process, seeds 0-2) stopped at its step 70 resumes from its group checkpoint, not from
     the beginning, to the numbers of a run that never stopped; the checkpoint goes once the run is done."""

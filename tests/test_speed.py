@@ -72,6 +72,7 @@ def test_a_plug_in_without_a_run_is_timed_at_its_base_methods_run_with_set_overr
         speed.main([*args[:-1], "lam=-1.0"])
 
 
+@pytest.mark.slow
 def test_gss_and_coca_under_bf16_and_channels_last_on_the_resnet(speed, tmp_path):
     rows = speed.main(["--backbone", "resnet18", "--profile", str(profile(tmp_path, "resnet18")), "--benchmark", "b",
                        "--methods", "er,gss,coca", "--steps", "1", "--rounds", "1", "--bf16", "--channels-last"])

@@ -166,6 +166,7 @@ def test_auto_stacks_the_mlp_and_the_resnet_only_when_asked():
     assert stacks(sequential_settings().training(), RUNS["er"], 3)             # the MLP
 
 
+@pytest.mark.slow
 @stack_independent_kernels
 @pytest.mark.parametrize("key", ["er", "coca"])
 def test_a_resnet_seeds_float32_numbers_do_not_depend_on_the_seeds_beside_it(key):

@@ -44,6 +44,7 @@ def same_numbers(a: dict, b: dict) -> None:
                 assert x[key] == y[key], (seed, key)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["sgd", "joint", "er", "er-ace", "agem", "der", "derpp", "clser", "coca"])
 def test_a_stopped_stacked_group_resumes_to_the_same_numbers(key, tiny_mnist360, monkeypatch, tmp_path):
     """A checkpoint after every step (MNIST-360 has no task ends), the stream stopped at a third, the buffer full."""
@@ -57,6 +58,7 @@ def test_a_stopped_stacked_group_resumes_to_the_same_numbers(key, tiny_mnist360,
     assert f"seeds {SEEDS} resumed from {tmp_path / 'group-0-1-2.ckpt'} at step {stop} of {steps}" in log
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["er", "coca"])
 def test_a_stacked_resnet_group_resumes_from_its_last_task_end(key, tiny_cifar_like, monkeypatch, tmp_path):
     """Checkpoints only at task ends: stopped in the second task, the group goes back to the first task's end and

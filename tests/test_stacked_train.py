@@ -71,6 +71,7 @@ class _Quiet:
         pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", sorted(RUNS))
 def test_stacked_seeds_train_exactly_as_each_seed_alone(tiny_mnist360, float64, algorithm):
     bench, cfg = tiny_mnist360
@@ -90,6 +91,7 @@ def test_stacked_seeds_train_exactly_as_each_seed_alone(tiny_mnist360, float64, 
     assert len({str(stacked[s].acc_matrix) + str(stacked[s].loss_curve) for s in SEEDS}) == len(SEEDS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["er", "coca", "clser"])
 def test_a_stacked_seeds_final_state_comes_back_to_its_own_network_and_method(tiny_mnist360, float64, monkeypatch,
                                                                             key):
@@ -128,6 +130,7 @@ def test_a_leak_between_seeds_is_caught(tiny_mnist360, float64, monkeypatch):
     assert not relative_close(stacked[1].loss_curve, run_seed(bench, cfg, run, 1, CPU).loss_curve)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key, cls", [("coca-pt-rotation", StackedCoCa), ("clser", StackedCLSER),
                                       ("joint", StackedJoint)])
 def test_a_leak_of_a_methods_own_draws_between_seeds_is_caught(tiny_mnist360, float64, monkeypatch, key, cls):
@@ -165,6 +168,7 @@ def test_in_float32_each_path_is_deterministic_and_the_two_agree_closely(tiny_mn
     assert first[0].loss_curve[0] == pytest.approx(alone.loss_curve[0], rel=1e-4)
 
 
+@pytest.mark.slow
 @stack_independent_kernels
 @pytest.mark.parametrize("key", ["derpp", "coca", "clser", "agem", "joint"])
 def test_a_seeds_numbers_do_not_depend_on_the_seeds_stacked_beside_it(tiny_mnist360, key):

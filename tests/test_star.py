@@ -258,6 +258,7 @@ def seed_numbers(bench, cfg, name, **settings):
     return {k: v for k, v in result.items() if k not in TIMINGS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("base", ["er", "derpp"])
 def test_with_the_kl_weight_at_0_a_seed_is_its_base_methods_loss_for_loss(base, tiny_mnist360):
     bench, cfg = tiny_mnist360

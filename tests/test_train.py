@@ -131,6 +131,7 @@ def bundled_mnist360() -> tuple[dict, dict]:
     return bench, settings.training()
 
 
+@pytest.mark.slow
 def test_joint_learns_under_bf16_as_in_fp32_and_the_seed_says_bf16(bundled_mnist360):
     """JOINT makes all its updates once the stream is over, inside one autocast context: without dropping
     autocast's bf16 copies of the weights after each update it trained on the initial weights (chance, 11.11)."""

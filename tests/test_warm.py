@@ -124,6 +124,7 @@ def test_a_script_that_does_not_compile_fails_as_python_says(stage, tmp_path, wa
     assert "SyntaxError" in direct.stderr and "Traceback" not in direct.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["check", "train"])
 def test_a_stage_script_runs_alike_through_the_launcher_and_by_itself(tmp_path, script):
     """The project's own stage scripts (here refusing to run without their arguments): warm, cold and direct."""
@@ -255,6 +256,7 @@ def wait_until(condition, what: str, seconds: float = 60.0) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_an_exiting_server_leaves_its_successors_socket(stage, tmp_path):
     import socket as sockets
     run, _, env = stage
@@ -553,6 +555,7 @@ def test_the_client_connects_only_to_a_server_of_its_own_user(request):
         exit_status(pid)
 
 
+@pytest.mark.slow
 def test_a_stage_of_another_checkout_refuses_to_run_this_checkouts_library(tmp_path):
     """A worktree at another commit, with `pip install -e` pointing elsewhere, would train the other checkout's code
     while DVC records its own: the launcher stops before the script runs, naming both and the fix. A copy with the
