@@ -67,6 +67,23 @@ def memory_draws(generator: torch.Generator) -> tuple[float, float]:
     return plastic, stable
 
 
+def memory_copy(net: nn.Module) -> nn.Module:
+    """A moving-average memory of `net`: a copy in training mode whose parameters take no gradient."""
+    memory = copy.deepcopy(net).train()
+    memory.requires_grad_(False)
+    return memory
+
+
+@torch.no_grad()
+def moving_average_step(memory: nn.Module, net_params: list[torch.Tensor], a: float) -> None:
+    """memory <- a * memory + (1 - a) * net over the parameters (its buffers, BatchNorm's statistics, are its own), in
+    one multi-tensor operation."""
+    params = list(memory.parameters())
+    torch._foreach_mul_(params, a)
+    torch._foreach_add_(params, net_params, alpha=1.0 - a)
+    weights_changed()
+
+
 def memory_decay(global_step: int, alpha: float) -> float:
     """The moving average's decay after `global_step` steps: min(1 - 1/(global_step + 1), alpha)."""
     return min(1.0 - 1.0 / (global_step + 1), alpha)
@@ -102,16 +119,10 @@ class CLSER(Method):
 
     def __init__(self, net: nn.Module, cfg: CLSERSettings, ctx: MethodContext):
         super().__init__(net, cfg, ctx)
-        self.plastic = self._copy(net)
-        self.stable = self._copy(net)
+        self.plastic = memory_copy(net)
+        self.stable = memory_copy(net)
         self.global_step = 0     # steps taken (the authors' global_step), for the decay's warm-up cap
         self._net_params = list(net.parameters())
-
-    @staticmethod
-    def _copy(net: nn.Module) -> nn.Module:
-        memory = copy.deepcopy(net).train()
-        memory.requires_grad_(False)
-        return memory
 
     # ------------------------------------------------------------------ training
 
@@ -143,14 +154,9 @@ class CLSER(Method):
     def _draws(self) -> tuple[float, float]:
         return memory_draws(self.ctx.generator)
 
-    @torch.no_grad()
     def update_memory(self, memory: nn.Module, alpha: float) -> None:
         """memory <- a * memory + (1 - a) * net over the parameters, a = min(1 - 1/(global_step + 1), alpha)."""
-        a = memory_decay(self.global_step, alpha)
-        params = list(memory.parameters())
-        torch._foreach_mul_(params, a)
-        torch._foreach_add_(params, self._net_params, alpha=1.0 - a)
-        weights_changed()
+        moving_average_step(memory, self._net_params, memory_decay(self.global_step, alpha))
 
     # ------------------------------------------------------------------ evaluation
 

@@ -26,7 +26,6 @@ The departures from the reference are in docs/methods.md ("esmer").
 """
 from __future__ import annotations
 
-import copy
 from typing import Literal
 
 import torch
@@ -34,8 +33,8 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from gcl.methods.base import Method, MethodContext, ReplaySettings, register, weights_changed
-from gcl.methods.clser import evaluating, memory_decay
+from gcl.methods.base import Method, MethodContext, ReplaySettings, register
+from gcl.methods.clser import evaluating, memory_copy, memory_decay, moving_average_step
 
 
 def error_weights(memory_loss: torch.Tensor, running_mean: float, margin: float) -> torch.Tensor:
@@ -84,8 +83,7 @@ class ESMER(Method):
 
     def __init__(self, net: nn.Module, cfg: ESMERSettings, ctx: MethodContext):
         super().__init__(net, cfg, ctx)
-        self.memory = copy.deepcopy(net).train()
-        self.memory.requires_grad_(False)
+        self.memory = memory_copy(net)
         self.global_step = 0
         self.running_mean = 0.0      # of the memory's cross-entropy on the stream (a Python float, as the reference's)
         self._net_params = list(net.parameters())
@@ -108,19 +106,11 @@ class ESMER(Method):
             self.buffer.add(examples=x_raw[selected], labels=y[selected])
         self.global_step += 1
         if torch.rand(1, generator=self.ctx.generator, dtype=torch.float64).item() < self.cfg.ema_update_freq:
-            self.update_memory()
+            moving_average_step(self.memory, self._net_params, memory_decay(self.global_step, self.cfg.ema_alpha))
         kept = kept_for_running_mean(memory_loss, self.cfg.std_margin)
         b = memory_decay(self.global_step, self.cfg.loss_alpha)
         self.running_mean = b * self.running_mean + (1 - b) * float(kept.mean())
         return loss
-
-    @torch.no_grad()
-    def update_memory(self) -> None:
-        a = memory_decay(self.global_step, self.cfg.ema_alpha)
-        params = list(self.memory.parameters())
-        torch._foreach_mul_(params, a)
-        torch._foreach_add_(params, self._net_params, alpha=1.0 - a)
-        weights_changed()
 
     def evaluated(self) -> nn.Module:
         return self.memory if self.cfg.evaluated_model == "memory" else self.net
