@@ -83,7 +83,7 @@ POOLED_SIZE = 9
 # computed and added to every step: every code path runs; only the numbers of a narrow network are left out.
 NUMERICS = {"oewc": {"e_lambda": 0.0}}
 # what the workspace copies of the project: the pipeline and everything its stages read
-PROJECT_PARTS = ("dvc.yaml", ".dvcignore", ".dvc/config", "stages", "src", "reference", "reproductions")
+PROJECT_PARTS = ("dvc.yaml", ".dvcignore", ".dvc/config", "stages", "src", "reference", "reproductions", "profiles", "README.md")
 # CN-DPM's sleep phases train a new expert for thousands of Adam steps; their count changes no code path
 CNDPM_SLEEP = ("sleep_steps_vae", "sleep_steps_cls")
 CNDPM_CUT = {"vae_width": 4, "vae_ext": 1, "cls_width": 4, "cls_ext": 1, "z_samples": 2}
