@@ -118,7 +118,6 @@ def test_one_step_is_the_proxy_loss_of_both_batches_and_their_views_then_sgd():
 
 
 def test_it_predicts_with_the_cosine_head_and_refuses_another():
-    from gcl.config import method_block  # noqa: F401  (the settings' validation lives in config)
     from gcl.core.settings import ParamsError
     pcr, normalize = method()
     x = normalize(torch.randint(0, 256, (3, 3, 16, 16), dtype=torch.uint8))

@@ -113,24 +113,13 @@ def _around(line: str, at: int, before: int = 30, after: int = 50) -> str:
     return repr(("..." if start else "") + line[start:at + after] + ("..." if at + after < len(line) else ""))
 
 
-def _cells(folder: Path, report: ResolvedReport):
-    """The runs' results under folder/runs/, or None where the folder was committed without them."""
-    if not (folder / "runs").is_dir():
-        return None
-    try:
-        return load_cells(report, folder)
-    except ReportError as exc:
-        raise ReportError(f"{exc.args[0].split(' (run ')[0]} is missing, though {folder}/runs holds runs: commit every "
-                          f"run of {folder / PARAMS}, or none") from None
-
-
-def check_runs(folder: Path, cells) -> None:
-    """summary.csv must be what the report builds from the runs' metrics.json; the run of the first line that
-    differs is named."""
+def check_runs(folder: Path, cells) -> pd.DataFrame:
+    """summary.csv must be what the report builds from the runs' metrics.json (returned); the run of the first line
+    that differs is named."""
     built = summary_frame(cells)
     mine, theirs = built.to_csv(index=False).splitlines(), (folder / SUMMARY).read_text().splitlines()
     if mine == theirs:
-        return
+        return built
     line = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
     if line == 0 or line > len(built):
         raise ReportError(f"{folder / SUMMARY} is not what the report builds from {folder}/runs (its columns or its "
@@ -149,10 +138,9 @@ def render_again(folder: Path, resolved: dict, out: Path, paper_csvs: list[Path]
     if report.settings.reproductions:
         raise ReportError(f"{folder / PARAMS} lists reproductions of its own (report.reproductions): a reproduction "
                           "holds one profile's results; remove them there")
-    cells = _cells(folder, report)
-    if cells is not None:
-        check_runs(folder, cells)
-    summary = summary_frame(cells) if cells is not None else read_summary(folder)
+    # the runs' results where the folder was committed with its runs/ (a run not there has not run yet), else none
+    cells = load_cells(report, folder) if (folder / "runs").is_dir() else None
+    summary = check_runs(folder, cells) if cells is not None else read_summary(folder)
     warnings = [f"stale: {run} is not a run of params.yaml; delete it" for run in stale_runs(report, folder)]
     paper = read_paper(paper_csvs if paper_csvs is not None else sorted(REFERENCE.glob("*.csv")))
     render_report(report, summary, cells, paper, out, warnings, figures=False)
@@ -173,8 +161,9 @@ def check_outputs(folder: Path, resolved: dict) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rendered = render_again(folder, resolved, Path(tmp))
         committed = compared_plots(folder, (folder / "runs").is_dir())
-        for name in sorted(set(committed) - set(rendered)):
-            raise ReportError(f"{folder / 'results' / name} is not part of the report of {folder / PARAMS}: remove it, "
+        extra = sorted(set(committed) - set(rendered))
+        if extra:
+            raise ReportError(f"{folder / 'results' / extra[0]} is not part of the report of {folder / PARAMS}: remove it, "
                               f"or render the report again ({RERENDER} {folder})")
         for name in rendered:
             mine, theirs = Path(tmp) / name, folder / "results" / name
