@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import gcl.methods.clser as clser_module
 from gcl.methods.base import METHODS, MethodContext
 from gcl.methods.clser import memory_targets
 from gcl.training.train import run_seed
@@ -60,7 +61,7 @@ def params(model: nn.Module) -> list[torch.Tensor]:
 
 def force(monkeypatch, method, plastic: float, stable: float):
     """Fix the method's two draws of every step."""
-    monkeypatch.setattr(method, "_draws", lambda: (plastic, stable))
+    monkeypatch.setattr(clser_module, "memory_draws", lambda generator: (plastic, stable))
 
 
 # ---------------------------------------------------------------- the memories' moving averages
@@ -119,7 +120,7 @@ def test_the_decay_is_capped_by_the_step(step, alpha, expected):
             p.uniform_(-1, 1)
     memory, net, plastic = params(m.stable), params(m.net), params(m.plastic)
     m.global_step = step
-    m.update_memory(m.stable, alpha)
+    m.update_memory(m.stable, alpha, [True])
     for p, old, w in zip(m.stable.parameters(), memory, net):
         assert torch.allclose(p, expected * old + (1 - expected) * w, atol=1e-6, rtol=0)
     assert all(torch.equal(p, b) for p, b in zip(m.plastic.parameters(), plastic))
@@ -131,7 +132,7 @@ def test_a_memory_averages_every_update_by_hand_over_several_steps(monkeypatch):
     recurrence with a_t = min(1 - 1/(t+1), 0.6) at the steps that update, and the network after that step."""
     m = make(plastic_alpha=0.6)
     draws = iter([(0.1, 0.9), (0.95, 0.9), (0.2, 0.9), (0.3, 0.9)])
-    monkeypatch.setattr(m, "_draws", lambda: next(draws))
+    monkeypatch.setattr(clser_module, "memory_draws", lambda generator: next(draws))
     expected = params(m.net)
     for t, update in zip(range(1, 5), (True, False, True, True)):
         m.observe(*batch(t))

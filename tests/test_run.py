@@ -333,13 +333,13 @@ def recording(function, calls: list):
 def test_a_stacked_group_stopped_mid_stream_resumes_from_its_checkpoint(stacked_project, monkeypatch):
     """A stacked group (one process, seeds 0-2) stopped at its step 70 resumes from its group checkpoint, not from
     the beginning, to the numbers of a run that never stopped; the checkpoint goes once the run is done."""
-    from gcl.methods.stacked import StackedER
+    from gcl.methods.er import ER
     whole = json.loads(train_run(stacked_project).read_text())
-    original = interrupt_at_call(monkeypatch, StackedER, 71)
+    original = interrupt_at_call(monkeypatch, ER, 71)
     with pytest.raises(KeyboardInterrupt):
         train_run(stacked_project, checkpoint_minutes=1e-9)      # a checkpoint after every step
     assert (PROGRESS_DIR / "er-50" / "group-0-1-2.ckpt").exists()
-    monkeypatch.setattr(StackedER, "observe", original)
+    monkeypatch.setattr(ER, "observe", original)
     out = train_run(stacked_project, checkpoint_minutes=1e-9)
     resumed = json.loads(out.read_text())
     for seed in ("0", "1", "2"):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gcl.core.results import TIMINGS
-from gcl.methods.stacked import STACKED
+from gcl.methods import METHODS
 from gcl.training.checkpoint import Checkpoint
 from gcl.training.progress import Progress
 from gcl.training.stacked_train import train_stacked
@@ -27,7 +27,7 @@ def interrupted_group(monkeypatch, tmp_path, bench, cfg, run, stop: int, every: 
     ckpt = Checkpoint(tmp_path / "group-0-1-2.ckpt", "fp", every)
     progress = Progress("cell", tmp_path / "train.log")
     with monkeypatch.context() as m:
-        stop_at(m, STACKED[run.algorithm], stop)
+        stop_at(m, METHODS[run.algorithm], stop)
         with pytest.raises(Stopped):
             train_stacked(bench, cfg, run, SEEDS, CPU, progress=progress, checkpoint=ckpt)
     assert ckpt.path.exists()
@@ -80,7 +80,7 @@ def test_a_group_checkpoint_of_other_seeds_is_refused(tiny_mnist360, monkeypatch
     whole = train_stacked(bench, cfg, run, SEEDS, CPU)
     path = tmp_path / "group-0-1-2.ckpt"
     with monkeypatch.context() as m:
-        stop_at(m, STACKED["er"], 5)
+        stop_at(m, METHODS["er"], 5)
         with pytest.raises(Stopped):
             train_stacked(bench, cfg, run, SEEDS, CPU, checkpoint=Checkpoint(path, "other-seeds", 0.0, "group"))
     progress = Progress("cell", tmp_path / "train.log")

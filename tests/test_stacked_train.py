@@ -4,7 +4,9 @@ through the buffer's filling and the whole MNIST-360 stream."""
 import pytest
 import torch
 
-from gcl.methods.stacked import STACKED, StackedCLSER, StackedCoCa, StackedER, StackedJoint
+from gcl.core.seeds import Seeds
+from gcl.methods import METHODS
+from gcl.methods.base import Method
 from gcl.training.stacked_train import train_stacked, unstackable
 from gcl.training.train import run_seed, setup_seed
 from helpers import run_settings
@@ -76,7 +78,7 @@ class _Quiet:
 def test_stacked_seeds_train_exactly_as_each_seed_alone(tiny_mnist360, float64, algorithm):
     bench, cfg = tiny_mnist360
     run = RUNS[algorithm]
-    assert STACKED[run.algorithm] and unstackable(cfg, run) is None
+    assert unstackable(cfg, run) is None
     stacked = train_stacked(bench, cfg, run, SEEDS, CPU)
     for seed in SEEDS:
         alone = run_seed(bench, cfg, run, seed, CPU)
@@ -119,31 +121,31 @@ def test_a_leak_between_seeds_is_caught(tiny_mnist360, float64, monkeypatch):
     """The equivalence fails when one seed's buffer decisions come from another seed's generator."""
     bench, cfg = tiny_mnist360
     run = RUNS["er"]
-    original = StackedER.__init__
+    original = Method.stack
 
-    def leaky(self, *args):
-        original(self, *args)
+    def leaky(self, lone):
+        original(self, lone)
         self.buffer.generators[1] = self.buffer.generators[0]       # seed 1 draws from seed 0's generator
-    monkeypatch.setattr(StackedER, "__init__", leaky)
+    monkeypatch.setattr(METHODS["er"], "stack", leaky)
     stacked = train_stacked(bench, cfg, run, SEEDS, CPU)
     assert relative_close(stacked[2].loss_curve, run_seed(bench, cfg, run, 2, CPU).loss_curve)
     assert not relative_close(stacked[1].loss_curve, run_seed(bench, cfg, run, 1, CPU).loss_curve)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("key, cls", [("coca-pt-rotation", StackedCoCa), ("clser", StackedCLSER),
-                                      ("joint", StackedJoint)])
-def test_a_leak_of_a_methods_own_draws_between_seeds_is_caught(tiny_mnist360, float64, monkeypatch, key, cls):
+@pytest.mark.parametrize("key", ["coca-pt-rotation", "clser", "joint"])
+def test_a_leak_of_a_methods_own_draws_between_seeds_is_caught(tiny_mnist360, float64, monkeypatch, key):
     """Each seed draws CoCa's transformations, CLS-ER's memory updates and JOINT's shuffles from its own generator:
     seed 1 drawing from seed 0's (its buffer keeping its own) breaks seed 1 and only seed 1."""
     bench, cfg = tiny_mnist360
     run = RUNS[key]
-    original = cls.__init__
+    original = Method.stack
 
-    def leaky(self, *args):
-        original(self, *args)
-        self.generators = [self.generators[0], self.generators[0], self.generators[2]]   # the buffer keeps its own
-    monkeypatch.setattr(cls, "__init__", leaky)
+    def leaky(self, lone):
+        original(self, lone)
+        g = self.seeds.generators
+        self.seeds = Seeds([g[0], g[0], g[2]], stacked=True)   # the buffer keeps its own
+    monkeypatch.setattr(METHODS[run.algorithm], "stack", leaky)
     stacked = train_stacked(bench, cfg, run, SEEDS, CPU)
     assert relative_close(numbers(stacked[2]), numbers(run_seed(bench, cfg, run, 2, CPU)))
     assert not relative_close(numbers(stacked[1]), numbers(run_seed(bench, cfg, run, 1, CPU)))
@@ -151,7 +153,8 @@ def test_a_leak_of_a_methods_own_draws_between_seeds_is_caught(tiny_mnist360, fl
 
 def test_what_does_not_stack_says_why(tiny_mnist360):
     bench, cfg = tiny_mnist360
-    assert "does not stack" in unstackable(cfg, run_settings("gem", 30, lr=0.1, batch=4))
+    assert "gem: it solves a quadratic programme" in \
+        unstackable(cfg, run_settings("gem", 30, lr=0.1, batch=4))
     with pytest.raises(ValueError, match="cannot stack"):
         train_stacked(bench, cfg, run_settings("gem", 30, lr=0.1, batch=4), [0, 1], CPU)
 

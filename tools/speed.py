@@ -317,12 +317,11 @@ STACKED_BENCHMARKS = {"mlp": ("params.yaml", "mnist-360", "mnist"), "resnet18": 
 
 
 def stacked_table(args) -> list[dict]:
-    """Per stackable method (gcl.methods.stacked), a whole stream of `args.stacked` seeds trained stacked and the
+    """Per stackable method (trains_alone None), a whole stream of `args.stacked` seeds trained stacked and the
     same seeds trained one after the other in this process (run_seed), at the settings of the method's run on the
     backbone's benchmark (MLP: params.yaml's MNIST-360; ResNet-18: profiles/paper.yaml's seq-CIFAR-10, one epoch)
     on random images of the benchmark's shape: training seconds per seed-step of each (evaluations left out, as a
     seed's own train_seconds leave them out)."""
-    from gcl.methods.stacked import STACKED
     from gcl.training.stacked_train import train_stacked, unstackable
     from gcl.training.train import run_seed
 
@@ -331,7 +330,7 @@ def stacked_table(args) -> list[dict]:
     params, preset = load_params(profile), PRESETS[args.backbone]
     device = torch.device("cuda" if args.device == "cuda" else "cpu")
     seeds, rows = list(range(args.stacked)), []
-    for method in args.methods or sorted(STACKED):
+    for method in args.methods or sorted(k for k, cls in METHODS.items() if not cls.trains_alone):
         keys = sorted((r.get("buffer") != (args.buffer or preset.buffer), k) for k, r in params["runs"].items()
                       if r["method"] == method and r["benchmark"] == (args.benchmark or benchmark))
         if not keys:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 
 from gcl.data.transforms import to_unit_float
@@ -20,7 +19,7 @@ def project(g: torch.Tensor, g_ref: torch.Tensor) -> torch.Tensor:
     """A-GEM's projection of the flat gradient `g` against the flat reference gradient `g_ref`.
 
     Branch-free (torch.where), so deciding whether to project needs no host synchronisation. Rows (S, P) of
-    stacked seeds (gcl.methods.stacked) are projected each against its own reference row.
+    stacked seeds (gcl.core.seeds) are projected each against its own reference row.
     """
     def dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.dot(a, b) if a.dim() == 1 else (a * b).sum(-1, keepdim=True)
@@ -44,24 +43,20 @@ class AGEM(Method):
     uses_buffer = True
     Settings = AGEMSettings
 
-    def _flat_grad(self, loss: torch.Tensor) -> torch.Tensor:
-        return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, self.params)])
-
     def observe(self, x, y, x_raw):
-        loss = F.cross_entropy(self.net(x), y)
+        seeds = self.seeds
+        loss = seeds.cross_entropy(self.net(x), y)
         if self.buffer.is_empty():
             self.sgd_step(loss)
         else:
-            g = self._flat_grad(loss)
+            g = seeds.flat_gradient(loss, self.params)
             if self.cfg.reference_input == "raw":
                 buf_raw, buf_y = self.buffer.sample(self.cfg.replay_batch, "examples", "labels")
                 buf_x = to_unit_float(buf_raw)
             else:
                 buf_x, buf_y = self.replay_batch(self.cfg.replay_batch, "labels")
-            g_ref = self._flat_grad(F.cross_entropy(self.net(buf_x), buf_y))
-            # write the projected gradient back into .grad, parameter by parameter, and step
-            for p, gp in zip(self.params, torch.split(project(g, g_ref), [p.numel() for p in self.params])):
-                p.grad = gp.view_as(p)
+            g_ref = seeds.flat_gradient(seeds.cross_entropy(self.net(buf_x), buf_y), self.params)
+            seeds.set_gradient(self.params, project(g, g_ref))   # into .grad, parameter by parameter, and step
             self.apply_gradients()
         self.buffer.add(examples=x_raw, labels=y)
         return loss.detach()

@@ -11,7 +11,7 @@ from pydantic import Field
 from torch import nn
 
 from gcl.core.backbones import HEADS
-from gcl.core.buffer import ReservoirBuffer
+from gcl.core.seeds import Seeds, stack_value, unstack_value
 from gcl.core.settings import Settings, derived_model
 
 
@@ -25,6 +25,12 @@ class MethodContext:
     generator: torch.Generator                                # CPU generator of this run (sampling decisions)
     epochs: int = 1
     plain_transform: Callable[[torch.Tensor], torch.Tensor] | None = None   # non-augmenting (the test transform)
+    # the seeds the method trains: alone (the default, from `generator`), or stacked (each seed's generator)
+    seeds: Seeds | None = None
+
+    def __post_init__(self):
+        if self.seeds is None:
+            self.seeds = Seeds([self.generator], stacked=False)
 
 
 @dataclass
@@ -80,9 +86,8 @@ def weights_changed() -> None:
 
 
 class CarriesState:
-    """What a method carries across steps, saved and restored for checkpoints inside a seed (a lone Method) or a
-    stacked group (gcl.methods.stacked.StackedMethod): the network, the buffer (None: none) and the attributes
-    named in `state_attrs`."""
+    """What a method carries across steps, saved and restored for checkpoints of a seed or of a stacked group: the
+    network, the buffer (None: none) and the attributes named in `state_attrs`."""
 
     name: ClassVar[str]
     state_attrs: ClassVar[tuple[str, ...]] = ()
@@ -139,6 +144,9 @@ class Method(CarriesState):
     # its training passes run the backbone outside function transforms and at a few fixed shapes (once the
     # buffer is full), so the backbone may be compiled and its steps captured as CUDA graphs
     capturable: ClassVar[bool] = False
+    # why its seeds train alone, never stacked (None: its step is written over the seed axis, gcl.core.seeds, and a
+    # run's seeds may train as one stacked network)
+    trains_alone: ClassVar[str | None] = None
     # the classifiers (MethodSettings.head) it can train: a method that reaches into the linear head's bias, or
     # predicts without the backbone, takes only the linear one
     heads: ClassVar[tuple[str, ...]] = HEADS
@@ -149,18 +157,22 @@ class Method(CarriesState):
         self.net = net
         self.cfg = cfg       # an instance of this method's Run
         self.ctx = ctx
+        self.seeds = ctx.seeds   # what a step joins, reduces and draws through (gcl.core.seeds)
         self.params = [p for p in net.parameters() if p.requires_grad]   # what an update moves; heads append
-        self.buffer = (ReservoirBuffer(cfg.buffer, ctx.device, ctx.generator)
+        self.buffer = (ctx.seeds.reservoir(cfg.buffer, ctx.device)
                        if self.uses_buffer and self.reservoir else None)
+        if ctx.seeds.stacked and self.trains_alone:
+            raise TypeError(f"{self.name} trains its seeds alone: {self.trains_alone}")
 
     def observe(self, x: torch.Tensor, y: torch.Tensor, x_raw: torch.Tensor) -> torch.Tensor:
         """One update on the (augmented) batch `x`; `x_raw` is the non-augmented batch. Returns the detached loss."""
         raise NotImplementedError
 
     def sgd_step(self, loss: torch.Tensor) -> torch.Tensor:
+        """One SGD step on `loss` (each seed's, stacked); returns it detached."""
         for p in self.params:
             p.grad = None
-        loss.backward()
+        self.seeds.total(loss).backward()
         self.apply_gradients()
         return loss.detach()
 
@@ -175,7 +187,7 @@ class Method(CarriesState):
         weights_changed()
 
     def replay_batch(self, size: int, *names: str) -> tuple[torch.Tensor, ...]:
-        """A random buffer batch of the given fields, the examples freshly augmented."""
+        """A random buffer batch of the given fields (each seed's), the examples freshly augmented."""
         out = self.buffer.sample(size, "examples", *names)
         return (self.ctx.train_transform(out[0]), *out[1:])
 
@@ -196,6 +208,35 @@ class Method(CarriesState):
     def extra_metrics(self) -> dict:
         """Method-specific figures stored with each seed's results (e.g. experts created); JSON values."""
         return {}
+
+    # ------------------------------------------------------------------ stacked seeds
+
+    def stack(self, lone: list[Method]) -> None:
+        """Take the state of `lone` (one method per seed, each set up as that seed alone) as this method's, which
+        trains them stacked (its network already their stacked network): their buffers' contents, every attribute
+        of `state_attrs` stacked (modules and tensors; other values are the seeds' alike), and the trained
+        parameters gathered again, in the lone order."""
+        if self.buffer is not None and not all(m.buffer.is_empty() for m in lone):
+            raise ValueError("only methods that have not trained yet stack (a checkpoint restores a stack)")
+        for name in self.state_attrs:
+            setattr(self, name, stack_value([getattr(m, name) for m in lone], self.ctx.device))
+        params = [p for p in self.net.parameters() if p.requires_grad]
+        for name in self.state_attrs:
+            value = getattr(self, name)
+            if isinstance(value, nn.Module):
+                params += [p for p in value.parameters() if p.requires_grad]
+        shapes = [(len(lone), *p.shape) for p in lone[0].params]
+        if [tuple(p.shape) for p in params] != shapes:
+            raise TypeError(f"{self.name}: its stacked parameters do not match a lone seed's (trained modules outside "
+                            "`net` must be named in state_attrs)")
+        self.params = params
+
+    def unstack(self, s: int, lone: Method) -> None:
+        """Copy seed `s`'s state into its lone method `lone` (network and `state_attrs`), which then predicts as the
+        seed would had it trained alone."""
+        unstack_value(self.net, s, lone.net)
+        for name in self.state_attrs:
+            setattr(lone, name, unstack_value(getattr(self, name), s, getattr(lone, name)))
 
     def begin_task(self, task: TaskData) -> None:
         """Called before the first batch of each task (boundary-aware methods on benchmarks with tasks)."""

@@ -84,6 +84,18 @@ def moving_average_step(memory: nn.Module, net_params: list[torch.Tensor], a: fl
     weights_changed()
 
 
+@torch.no_grad()
+def masked_average_step(memory: nn.Module, net_params: list[torch.Tensor], a: float, chosen: torch.Tensor) -> None:
+    """moving_average_step in the stacked seeds `chosen` (S,) only: a and 1 - a each rounded once to the weights'
+    type, as the lone step's factors are; 1 and 0 in the other seeds."""
+    dtype = net_params[0].dtype
+    keep, move = (torch.where(chosen, f, other).to(dtype) for f, other in ((a, 1.0), (1.0 - a, 0.0)))
+    for m, p in zip(memory.parameters(), net_params):
+        shape = (-1, *[1] * (m.dim() - 1))
+        m.mul_(keep.view(shape)).add_(p * move.view(shape))
+    weights_changed()
+
+
 def memory_decay(global_step: int, alpha: float) -> float:
     """The moving average's decay after `global_step` steps: min(1 - 1/(global_step + 1), alpha)."""
     return min(1.0 - 1.0 / (global_step + 1), alpha)
@@ -129,34 +141,36 @@ class CLSER(Method):
     def loss(self, x: torch.Tensor, y: torch.Tensor, buf_x: torch.Tensor | None = None,
              buf_y: torch.Tensor | None = None) -> torch.Tensor:
         """CE over [x; buf_x] plus reg_weight * MSE(f(buf_x), memory_targets); the CE alone without a buffer batch."""
+        seeds = self.seeds
         if buf_x is None:
-            return F.cross_entropy(self.net(x), y)
+            return seeds.cross_entropy(self.net(x), y)
         with torch.no_grad():
-            target = memory_targets(self.stable(buf_x), self.plastic(buf_x), buf_y)
-        consistency = F.mse_loss(self.net(buf_x), target)
-        ce = F.cross_entropy(self.net(torch.cat([x, buf_x])), torch.cat([y, buf_y]))
+            target = seeds.per_sample(memory_targets, self.stable(buf_x), self.plastic(buf_x), buf_y)
+        consistency = seeds.mse(self.net(buf_x), target)
+        ce = seeds.cross_entropy(self.net(seeds.cat([x, buf_x])), seeds.cat([y, buf_y]))
         return self.cfg.reg_weight * consistency + ce
 
     def observe(self, x, y, x_raw):
+        cfg = self.cfg
         replay = ()
         if not self.buffer.is_empty():
-            replay = self.replay_batch(self.cfg.replay_batch, "labels")
+            replay = self.replay_batch(cfg.replay_batch, "labels")
         loss = self.sgd_step(self.loss(x, y, *replay))
         self.buffer.add(examples=x_raw, labels=y)
         self.global_step += 1
-        plastic_draw, stable_draw = self._draws()
-        if plastic_draw < self.cfg.plastic_update_freq:
-            self.update_memory(self.plastic, self.cfg.plastic_alpha)
-        if stable_draw < self.cfg.stable_update_freq:
-            self.update_memory(self.stable, self.cfg.stable_alpha)
+        draws = self.seeds.each(memory_draws)              # each seed's (plastic, stable) draws
+        self.update_memory(self.plastic, cfg.plastic_alpha, [p < cfg.plastic_update_freq for p, _ in draws])
+        self.update_memory(self.stable, cfg.stable_alpha, [s < cfg.stable_update_freq for _, s in draws])
         return loss
 
-    def _draws(self) -> tuple[float, float]:
-        return memory_draws(self.ctx.generator)
-
-    def update_memory(self, memory: nn.Module, alpha: float) -> None:
-        """memory <- a * memory + (1 - a) * net over the parameters, a = min(1 - 1/(global_step + 1), alpha)."""
-        moving_average_step(memory, self._net_params, memory_decay(self.global_step, alpha))
+    def update_memory(self, memory: nn.Module, alpha: float, chosen: list[bool]) -> None:
+        """memory <- a * memory + (1 - a) * net over the parameters, a = min(1 - 1/(global_step + 1), alpha), in
+        the seeds `chosen` (the others' memories left as they are)."""
+        a = memory_decay(self.global_step, alpha)
+        if all(chosen) and not self.seeds.stacked:
+            moving_average_step(memory, self._net_params, a)
+        elif any(chosen):
+            masked_average_step(memory, self._net_params, a, torch.tensor(chosen, device=self.ctx.device))
 
     # ------------------------------------------------------------------ evaluation
 

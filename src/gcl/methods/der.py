@@ -14,25 +14,26 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field, model_validator
 
+from gcl.core.seeds import LONE, Seeds
 from gcl.methods.base import Method, ReplaySettings, register
 
 
 def der_loss(logits: torch.Tensor, y: torch.Tensor,
              buf_out: torch.Tensor | None = None, buf_logits: torch.Tensor | None = None, alpha: float = 0.0,
-             buf_out2: torch.Tensor | None = None, buf_y2: torch.Tensor | None = None, beta: float = 0.0) -> torch.Tensor:
-    """CE on the stream + alpha * logit matching on one buffer batch + beta * CE on another.
+             buf_out2: torch.Tensor | None = None, buf_y2: torch.Tensor | None = None, beta: float = 0.0,
+             seeds: Seeds = LONE) -> torch.Tensor:
+    """CE on the stream + alpha * logit matching on one buffer batch + beta * CE on another (each seed's).
 
     The MSE is the mean over batch and classes (F.mse_loss), as in the reference implementation.
     Terms whose tensors are None (an empty buffer, or plain DER's label term) are left out.
     """
-    loss = F.cross_entropy(logits, y)
+    loss = seeds.cross_entropy(logits, y)
     if buf_out is not None:
-        loss = loss + alpha * F.mse_loss(buf_out, buf_logits)
+        loss = loss + alpha * seeds.mse(buf_out, buf_logits)
     if buf_out2 is not None:
-        loss = loss + beta * F.cross_entropy(buf_out2, buf_y2)
+        loss = loss + beta * seeds.cross_entropy(buf_out2, buf_y2)
     return loss
 
 
@@ -69,7 +70,7 @@ class DER(Method):
     def observe(self, x, y, x_raw):
         logits = self.net(x)
         replay = {} if self.buffer.is_empty() else self.replay_terms(self.cfg.replay_batch)
-        loss = self.sgd_step(der_loss(logits, y, **replay))
+        loss = self.sgd_step(der_loss(logits, y, **replay, seeds=self.seeds))
         # the logits of this step's forward pass, i.e. of the network before this update
         self.buffer.add(examples=x_raw, labels=y, logits=logits.detach())
         return loss
@@ -101,6 +102,6 @@ class DERpp(DER):
             return super().replay_terms(size)
         # one draw of twice the batch in one pass; chunk(2) gives the first half the extra sample of an odd draw
         buf_x, buf_logits, buf_y = self.replay_batch(2 * size, "logits", "labels")
-        out1, out2 = self.net(buf_x).chunk(2)
-        return {"buf_out": out1, "buf_logits": buf_logits.chunk(2)[0], "alpha": self.cfg.alpha,
-                "buf_out2": out2, "buf_y2": buf_y.chunk(2)[1], "beta": self.beta}
+        out1, out2 = self.seeds.chunk(self.net(buf_x), 2)
+        return {"buf_out": out1, "buf_logits": self.seeds.chunk(buf_logits, 2)[0], "alpha": self.cfg.alpha,
+                "buf_out2": out2, "buf_y2": self.seeds.chunk(buf_y, 2)[1], "beta": self.beta}

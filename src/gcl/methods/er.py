@@ -8,8 +8,6 @@ batches the same direction at twice the step).
 """
 from typing import Literal
 
-import torch
-import torch.nn.functional as F
 from pydantic import Field
 
 from gcl.methods.base import Method, ReplaySettings, register
@@ -30,14 +28,15 @@ class ER(Method):
     Settings = ERSettings
 
     def observe(self, x, y, x_raw):
+        seeds = self.seeds
         if self.buffer.is_empty():
-            loss = F.cross_entropy(self.net(x), y)
+            loss = seeds.cross_entropy(self.net(x), y)
         else:
             buf_x, buf_y = self.replay_batch(self.cfg.replay_batch, "labels")
             if self.cfg.replay_pass == "joint":
-                loss = F.cross_entropy(self.net(torch.cat([x, buf_x])), torch.cat([y, buf_y]))
+                loss = seeds.cross_entropy(self.net(seeds.cat([x, buf_x])), seeds.cat([y, buf_y]))
             else:
-                loss = F.cross_entropy(self.net(x), y) + F.cross_entropy(self.net(buf_x), buf_y)
+                loss = seeds.cross_entropy(self.net(x), y) + seeds.cross_entropy(self.net(buf_x), buf_y)
         loss = self.sgd_step(loss)
         self.buffer.add(examples=x_raw, labels=y)
         return loss

@@ -8,7 +8,6 @@ reference masks only once its first task has ended; here the mask and the replay
 the buffer holds samples (the second step).
 """
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 
 from gcl.methods.base import Method, MethodContext, ReplaySettings, register
@@ -17,13 +16,14 @@ from gcl.methods.base import Method, MethodContext, ReplaySettings, register
 def asymmetric_logits(logits: torch.Tensor, y: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
     """`logits` of a stream batch with every class masked out (set to the dtype's minimum, so it gets no
     probability and no gradient) unless it is present in `y`, or at or above the highest class in `seen`
-    (a boolean mask of the classes seen so far, `y`'s included) while that is not the last class."""
-    n = logits.shape[1]
+    (a boolean mask of the classes seen so far, `y`'s included) while that is not the last class. Stacked seeds:
+    logits (S, B, classes), y (S, B) and seen (S, classes), each seed masked by its own."""
+    n = logits.shape[-1]
     classes = torch.arange(n, device=logits.device)
-    keep = torch.zeros(n, dtype=torch.bool, device=logits.device).index_fill_(0, y, True)
-    top = torch.where(seen, classes, -1).max()
+    keep = torch.zeros(seen.shape, dtype=torch.bool, device=logits.device).scatter_(-1, y, True)
+    top = torch.where(seen, classes, -1).max(-1, keepdim=True).values
     keep |= (classes >= top) & (top < n - 1)        # the reference's mask[:, seen.max():] = 1, unless max is last
-    return logits.masked_fill(~keep, torch.finfo(logits.dtype).min)
+    return logits.masked_fill(~keep.unsqueeze(-2), torch.finfo(logits.dtype).min)
 
 
 class ERACESettings(ReplaySettings):
@@ -47,17 +47,18 @@ class ERACE(Method):
 
     def __init__(self, net, cfg: ERACESettings, ctx: MethodContext):
         super().__init__(net, cfg, ctx)
-        self.seen = torch.zeros(ctx.n_classes, dtype=torch.bool, device=ctx.device)
+        self.seen = torch.zeros(ctx.n_classes, dtype=torch.bool, device=ctx.device)   # (S, classes) stacked
 
     def observe(self, x, y, x_raw):
-        self.seen[y] = True
+        seeds = self.seeds
+        self.seen.scatter_(-1, y, True)
         logits = self.net(x)
         if self.buffer.is_empty():
-            loss = F.cross_entropy(logits, y)
+            loss = seeds.cross_entropy(logits, y)
         else:
             buf_x, buf_y = self.replay_batch(self.cfg.replay_batch, "labels")
-            loss = (F.cross_entropy(asymmetric_logits(logits, y, self.seen), y)
-                    + F.cross_entropy(self.net(buf_x), buf_y))
+            loss = (seeds.cross_entropy(asymmetric_logits(logits, y, self.seen), y)
+                    + seeds.cross_entropy(self.net(buf_x), buf_y))
         loss = self.sgd_step(loss)
         self.buffer.add(examples=x_raw, labels=y)
         return loss

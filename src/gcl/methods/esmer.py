@@ -72,6 +72,7 @@ class ESMERSettings(ReplaySettings):
 
 @register
 class ESMER(Method):
+    trains_alone = "its step is not yet written over the seed axis (gcl.core.seeds)"
     name = "esmer"
     label = "ESMER"
     paper_row = "-"

@@ -34,6 +34,7 @@ def function_distance(outputs: torch.Tensor, stored_probs: torch.Tensor) -> torc
 
 @register
 class FDR(Method):
+    trains_alone = "it works at task boundaries, which stacked seeds do not see"
     name = "fdr"
     summary = "FDR: after each step, an SGD step pulling the softmax on a memory batch to the stored one"
     needs_boundaries = True

@@ -55,6 +55,7 @@ class GEMSettings(MethodSettings):
 
 @register
 class GEM(Method):
+    trains_alone = "it solves a quadratic programme on the host at every step, for one network"
     name = "gem"
     summary = "GEM: per-task episodic memories; the step is projected (QP) so no memory loss increases"
     needs_boundaries = True

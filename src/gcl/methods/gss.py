@@ -157,6 +157,7 @@ class GSSSettings(ReplaySettings):
 
 @register
 class GSS(Method):
+    trains_alone = "its buffer selects samples by their gradients' similarity, per-sample gradients of one network"
     name = "gss"
     summary = "Gradient-based Sample Selection (greedy): keep samples whose gradients differ from the buffer's"
     uses_buffer = True

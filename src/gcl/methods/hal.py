@@ -171,6 +171,7 @@ class HALSettings(ReplaySettings):
 
 @register
 class HAL(Method):
+    trains_alone = "it works at task boundaries, which stacked seeds do not see"
     name = "hal"
     summary = ("HAL: ER on a per-class ring buffer (or a reservoir), plus anchors learned at task ends whose outputs "
                "are kept stable")

@@ -79,6 +79,7 @@ class ICaRLSettings(MethodSettings):
 
 @register
 class ICaRL(Method):
+    trains_alone = "it works at task boundaries, which stacked seeds do not see"
     name = "icarl"
     summary = "iCaRL: herding exemplars, sigmoid distillation from the old network, nearest-mean classifier"
     needs_boundaries = True

@@ -1,6 +1,5 @@
 """JOINT: the offline upper bound. Keeps the whole stream, then trains a fresh network on it, shuffled."""
 import torch
-import torch.nn.functional as F
 
 from gcl.core.backbones import begin_step
 from gcl.methods.base import Method, register
@@ -22,15 +21,17 @@ class Joint(Method):
     def observe(self, x, y, x_raw):
         self.seen_x.append(x_raw)
         self.seen_y.append(y)
-        return torch.zeros((), device=y.device)
+        return self.seeds.zero_loss(y.device)
 
     def finish(self):
-        xs, ys = torch.cat(self.seen_x), torch.cat(self.seen_y)
+        seeds = self.seeds
+        xs, ys = seeds.cat(self.seen_x), seeds.cat(self.seen_y)
         # "a fresh network": the one we were given has never been updated, so it is still fresh
-        batch = self.cfg.batch
+        batch, count = self.cfg.batch, seeds.size(xs)
         for _ in range(self.ctx.epochs):
-            perm = torch.randperm(len(xs), generator=self.ctx.generator).to(xs.device)
-            for lo in range(0, len(xs), batch):
-                idx = perm[lo:lo + batch]
+            perm = seeds.draw(lambda g: torch.randperm(count, generator=g)).to(xs.device)   # each seed's order
+            for lo in range(0, count, batch):
+                idx = perm[..., lo:lo + batch]
                 begin_step(self.net)
-                self.sgd_step(F.cross_entropy(self.net(self.ctx.train_transform(xs[idx])), ys[idx]))
+                images = self.ctx.train_transform(seeds.take(xs, idx))
+                self.sgd_step(seeds.cross_entropy(self.net(images), seeds.take(ys, idx)))

@@ -73,6 +73,7 @@ def lwf_loss(logits: torch.Tensor, y: torch.Tensor, old_logits: torch.Tensor | N
 
 @register
 class LwF(Method):
+    trains_alone = "it works at task boundaries, which stacked seeds do not see"
     name = "lwf"
     summary = "Learning without Forgetting: distil a frozen copy's softened outputs on the earlier classes"
     needs_boundaries = True

@@ -70,6 +70,7 @@ class PCRSettings(ReplaySettings):
 
 @register
 class PCR(Method):
+    trains_alone = "its views are drawn image by image by torchvision's transforms from the global generator"
     name = "pcr"
     label = "PCR"
     paper_row = "-"

@@ -29,6 +29,7 @@ def penalty(params: list[torch.Tensor], anchor: list[torch.Tensor] | None, impor
 class QuadraticPenaltyMethod(Method):
     """A method whose penalty is weight * sum importance (theta - theta*)^2: oEWC and SI. Subclasses say where
     the importance and the weight are (`importance`, `penalty_weight`) and keep theta* in `checkpoint`."""
+    trains_alone = "it works at task boundaries, which stacked seeds do not see"
 
     checkpoint: list[torch.Tensor] | None
 

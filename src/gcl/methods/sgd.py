@@ -1,6 +1,4 @@
 """SGD: fine-tune on the stream with no defence against forgetting (the lower bound)."""
-import torch.nn.functional as F
-
 from gcl.methods.base import Method, register
 
 
@@ -11,4 +9,4 @@ class SGD(Method):
     summary = "fine-tuning on the stream, no defence against forgetting (lower bound)"
 
     def observe(self, x, y, x_raw):
-        return self.sgd_step(F.cross_entropy(self.net(x), y))
+        return self.sgd_step(self.seeds.cross_entropy(self.net(x), y))

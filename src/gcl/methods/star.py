@@ -90,6 +90,8 @@ def has_running_stats(net: nn.Module) -> bool:
 class STAR(Method):
     """The plug-in: a base replay method (ER, DER++) after it in the bases, whose `observe` runs after STAR's
     gradient is computed and whose `sgd_step` gets that gradient added (STARSettings in its Settings)."""
+    trains_alone = ("its step branches on how many buffer samples each seed's network classifies correctly, a decision "
+                    "taken on the host for one network")
 
     capturable = False   # a host synchronisation (the count of correct samples) and a data-dependent branch per step
     state_attrs = ("star_steps",)

@@ -42,7 +42,7 @@ from gcl.training.compilation import compile_mode
 from gcl.training.loop import DivergenceError
 from gcl.training.progress import Progress
 from gcl.training.spec import ResolvedRun
-from gcl.training.stacked_train import stacks, train_stacked
+from gcl.training.stacked_train import stacks, train_stacked, unstackable
 from gcl.training.train import run_seed
 
 FEATURE_SAMPLES = 1000   # evaluation images whose final features are kept (first seed) for t-SNE
@@ -269,6 +269,9 @@ def stacked_seed_groups(spec: ResolvedRun, compiled: str | None, workers: int, d
     (it would batch nothing and round otherwise than alone): such a seed trains alone. `say` tells why seeds
     that `auto` would stack train alone."""
     training, run, seeds = spec.benchmark, spec.run, list(spec.seeds)
+    why = unstackable(training, run)
+    if why is not None and len(seeds) > 1 and training.stack is not False:
+        say(f"seeds train alone: {why}")
     if not stacks(training, run, len(seeds)):
         return []
     if compiled is not None:      # check@runs refuses stack: true where compile: auto may compile

@@ -1,34 +1,36 @@
 """A run's seeds trained stacked: one network for S seeds (gcl.core.stacked), one step for all of them.
 
-Each seed is set up exactly as it is alone (setup_seed: its generator, its stream, its network's initial weights,
-its evaluator), then its network joins the stacked one and its method's step the stacked method's
-(gcl.methods.stacked). Every seed's stream has the same batch sizes (they follow from the class counts, not from
-the draw), so step k takes batch k of every seed's own stream. At each evaluation point every seed's weights are
-copied back into its own network and scored by its own evaluator, and each seed's result is made as a lone
-seed's is (seed_result), recording `stacked`: how many seeds trained together. In float64 a stacked seed equals
-its lone run to rounding (tests/test_stacked_train.py); in float32 the batched and the lone kernels round
-differently, so the two paths agree in distribution, each deterministic on one machine.
+Each seed is set up exactly as it is alone (setup_seed: its generator, its stream, its network's initial weights, its
+method's state, its evaluator), then its network joins the stacked one and its method's state the stacked method's:
+the same method class, whose step is written over the seed axis (gcl.core.seeds). Every seed's stream has the same
+batch sizes (they follow from the class counts, not from the draw), so step k takes batch k of every seed's own
+stream. At each evaluation point every seed's weights are copied back into its own network and scored by its own
+evaluator, and each seed's result is made as a lone seed's is (seed_result), recording `stacked`: how many seeds
+trained together. In float64 a stacked seed equals its lone run to rounding (tests/test_stacked_train.py); in float32
+the batched and the lone kernels round differently, so the two paths agree in distribution, each deterministic on one
+machine.
 
-A seed's augmentation draws from the global generator when it trains alone, and nothing else of a stackable
-method's step does (their draws come from the run's own generator, ctx.generator); so each stacked seed takes,
-right after its setup, a generator in the state the global one would start its training with, and draws its
-crops and flips from it (gcl.data.augment.SeedwiseTransform).
+A seed's augmentation draws from the global generator when it trains alone, and nothing else of a stackable method's
+step does (their draws come from the run's own generator, ctx.generator); so each stacked seed takes, right after its
+setup, a generator in the state the global one would start its training with, and draws its crops and flips from it
+(gcl.data.augment.SeedwiseTransform).
 
-Stacks so far: the methods of gcl.methods.stacked.STACKED on the MLP and the ResNet-18, eager, fp32 (or the
-default float type); `unstackable` says why another run does not.
-"""
+Stacks: every method whose `trains_alone` is None, on the MLP and the ResNet-18, eager, fp32 (or the default float
+type); `unstackable` says why another run does not."""
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
 from gcl.core.results import SeedResult
+from gcl.core.seeds import Seeds
 from gcl.core.stacked_resnet import stack_networks
 from gcl.data.augment import SeedwiseTransform
 from gcl.data.benchmarks import BenchmarkData, TrainingSettings
 from gcl.data.stream import Stream
 from gcl.methods import METHODS
-from gcl.methods.base import RunSettings
-from gcl.methods.stacked import STACKED, StackedMethod
+from gcl.methods.base import Method, RunSettings
 from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
 from gcl.training.compilation import may_compile
 from gcl.training.evaluate import summarise
@@ -36,16 +38,14 @@ from gcl.training.loop import DivergenceError, Timer, last_accuracy
 from gcl.training.progress import Progress, StreamProgress
 from gcl.training.train import seed_result, setup_seed
 
-# the step forms a stacked method computes, of the settings that choose a step's form (ER's, DER++'s)
-STACKED_FORMS = {"replay_pass": "joint", "replay_draw": "independent"}
-
 
 def unstackable(training: TrainingSettings, run: RunSettings, device: str | None = None) -> str | None:
     """Why the seeds of this run cannot train stacked (None: they can), whatever its `stack` setting says. With
     `device` (params.yaml's, at check@runs) also where `compile: auto` may compile the run there, on a GPU; without
     it only `compile: true` counts (a run decides `auto` on its machine, gcl.training.run)."""
-    if run.algorithm not in STACKED:
-        return f"{run.algorithm}'s step does not stack (yet)"
+    alone = METHODS[run.algorithm].trains_alone
+    if alone:
+        return f"{run.algorithm}: {alone}"
     if training.backbone == "mlp" and training.input_size is not None:
         return "a stacked MLP takes its input as it is (input_size: none)"
     if training.bf16:
@@ -58,10 +58,6 @@ def unstackable(training: TrainingSettings, run: RunSettings, device: str | None
         return "a stacked ResNet-18 keeps the default memory layout"
     if run.head != "linear":
         return f"a stacked network's head is linear, not {run.head}"
-    for name, stacked_form in STACKED_FORMS.items():
-        form = getattr(run, name, stacked_form)
-        if form != stacked_form:
-            return f"{name}: {form} has no stacked step (only {stacked_form})"
     return None
 
 
@@ -95,7 +91,12 @@ def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSett
     stream, n = streams[0], len(seeds)
     net = stack_networks([s.net for s in setups]).to(device)
     transform = SeedwiseTransform(setups[0].loop.train_transform, augment_generators)
-    method = STACKED[run.algorithm](net, run, [s.method for s in setups], transform)
+    lone = [s.method for s in setups]
+    # no generator of its own: every draw of a stacked step is each seed's, through ctx.seeds
+    ctx = dataclasses.replace(lone[0].ctx, train_transform=transform, generator=None,
+                              seeds=Seeds([m.ctx.generator for m in lone], stacked=True))
+    method = METHODS[run.algorithm](net, run, ctx)
+    method.stack(lone)
     pool = GroupPool(streams, device)
     orders = torch.stack([st.order for st in streams]).to(device)   # (S, samples)
     eval_after, task_ends = set(stream.eval_after), set(stream.task_ends)
@@ -120,8 +121,7 @@ def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSett
             _check_finite(group.loss_sum, net, seeds, step, stream.steps)
             for s, setup in enumerate(setups):
                 losses[s].append(float(group.loss_sum[s]) / group.loss_steps)
-                net.unstack(s, setup.net)
-                method.unstack(s, setup.method)      # what the lone method evaluates with (CLS-ER's memories)
+                method.unstack(s, setup.method)      # its network and what else it evaluates with (CLS-ER's memories)
                 setup.loop.evaluate_now()
             group.loss_sum.zero_()
             group.loss_steps = 0
@@ -142,7 +142,6 @@ def train_stacked(bench: BenchmarkData, training: TrainingSettings, run: RunSett
     seconds = (group.seconds + timer.total) / n                      # each seed's share of the stacked time
     results = {}
     for s, (seed, setup) in enumerate(zip(seeds, setups)):
-        net.unstack(s, setup.net)
         method.unstack(s, setup.method)
         if not setup.loop.rows:
             setup.loop.evaluate_now()
@@ -179,7 +178,7 @@ class _GroupState:
     loss sums since the last evaluation), which with the stacked method's state and every random state the group
     draws from (each seed's run and augmentation generators, Python's, NumPy's and torch's) make its checkpoint."""
 
-    def __init__(self, method: StackedMethod, setups: list, augment_generators: list[torch.Generator],
+    def __init__(self, method: Method, setups: list, augment_generators: list[torch.Generator],
                  device: torch.device):
         self.method, self.setups, self.augment_generators, self.device = method, setups, augment_generators, device
         self.step, self.seconds = 0, 0.0         # the next step to run; training time of earlier attempts
@@ -188,7 +187,7 @@ class _GroupState:
 
     def state(self, seconds: float) -> dict:
         """What the group's checkpoint holds; `seconds`: the training time of this and earlier attempts."""
-        generators = self.method.generators
+        generators = self.method.seeds.generators
         return {"loop": {"step": self.step, "losses": self.losses, "rows": [s.loop.rows for s in self.setups],
                          "loss_sum": self.loss_sum.cpu(), "loss_steps": self.loss_steps, "seconds": seconds},
                 "method": self.method.state_dict(),
@@ -205,8 +204,9 @@ class _GroupState:
         for setup, rows in zip(self.setups, loop["rows"]):
             setup.loop.rows = rows
         self.method.load_state_dict(saved["method"])
-        restore_rng_states(rng["global"], self.method.generators[0], self.device)
-        for g, state in zip([*self.method.generators, *self.augment_generators], [*rng["runs"], *rng["augment"]]):
+        generators = self.method.seeds.generators
+        restore_rng_states(rng["global"], generators[0], self.device)
+        for g, state in zip([*generators, *self.augment_generators], [*rng["runs"], *rng["augment"]]):
             g.set_state(state)
 
 

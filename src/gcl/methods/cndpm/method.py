@@ -111,6 +111,7 @@ class CNDPMSettings(MethodSettings):
 
 @register
 class CNDPM(Method):
+    trains_alone = "its experts grow as it trains, each seed its own number of them"
     name = "cndpm"
     summary = "CN-DPM: Dirichlet-process mixture of VAE+classifier experts, new experts trained in sleep from a short-term memory"
     needs_boundaries = False

@@ -70,8 +70,9 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from gcl.core.seeds import normalises_batches
 from gcl.methods.base import Method, ReplaySettings, register
-from gcl.methods.coca.pretext import n_pretext_classes, random_pretext
+from gcl.methods.coca.pretext import apply_pretext, n_pretext_classes, pretext_labels
 
 AFFINITIES = ("paper", "code")
 
@@ -86,7 +87,7 @@ def _eye(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
 
 def affinity(z: torch.Tensor, mode: str = "paper", c: float = 1.0) -> torch.Tensor:
     """S_hat: the row-stochastic similarity of the normalised embeddings z (N, d) of one batch (or (S, N, d):
-    each seed's batch of stacked seeds, gcl.methods.stacked).
+    each seed's batch of stacked seeds, gcl.core.seeds).
 
     "paper": zero diagonal, softmax over the other samples (Eq. 6-7). A finite fill instead of -inf
     keeps a lone sample (N = 1) well defined: it then propagates to itself (S_hat = [1]).
@@ -157,17 +158,17 @@ def supcon_loss(z: torch.Tensor, labels: torch.Tensor, tau: float) -> torch.Tens
     return (per_anchor * has_pos).sum(-1) / has_pos.sum(-1).clamp(min=1.0)
 
 
-def replay_batches(method, x: torch.Tensor, y: torch.Tensor, dim: int = 0):
+def replay_batches(method, x: torch.Tensor, y: torch.Tensor):
     """A CoCa step's buffer batches, drawn in this order: b2 (images, labels), then with CKD b1 (images, stored
-    logits); and the stream batch joined with b2 along the batch `dim` (1 for stacked seeds): (buf_x, buf_y, b1,
-    inputs, labels), the first three None while the buffer is empty (b1 also without CKD)."""
+    logits); and the stream batch joined with b2: (buf_x, buf_y, b1, inputs, labels), the first three None while
+    the buffer is empty (b1 also without CKD)."""
     buf_x = buf_y = b1 = None
     if not method.buffer.is_empty():
         buf_x, buf_y = method.replay_batch(method.cfg.replay_batch, "labels")        # b2
         if method.ckd:
             b1 = method.replay_batch(method.cfg.replay_batch, "logits")              # b1
-    inputs = x if buf_x is None else torch.cat([x, buf_x], dim)
-    labels = y if buf_y is None else torch.cat([y, buf_y], dim)
+    inputs = x if buf_x is None else method.seeds.cat([x, buf_x])
+    labels = y if buf_y is None else method.seeds.cat([y, buf_y])
     return buf_x, buf_y, b1, inputs, labels
 
 
@@ -239,7 +240,7 @@ class CoCa(Method):
     def __init__(self, net, cfg, ctx):
         super().__init__(net, cfg, ctx)
         self.ckd, self.pt, self.scl = cfg.ckd, cfg.pt, cfg.scl
-        self._per_role_forward = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in net.modules())
+        self._per_role_forward = normalises_batches(net)
         norm = cfg.head_norm
         self._heads_batchnorm = self._per_role_forward if norm == "auto" else norm == "batchnorm"
         feat_dim, style = net.feat_dim, net.head_style
@@ -257,52 +258,60 @@ class CoCa(Method):
         role, as ER (stream + b2) and DER (b1 alone) do: a shared forward would normalise each role with
         the others' batch statistics. Without it (the MLP) one forward of the concatenation is the same
         function of each input, in fewer, larger operations."""
+        seeds = self.seeds
         if self._per_role_forward:
             return [self.net.features(x) for x in roles]
-        return list(self.net.features(torch.cat(roles)).split([x.shape[0] for x in roles]))
+        return list(seeds.split(self.net.features(seeds.cat(roles)), [seeds.size(x) for x in roles]))
 
     def _head(self, name: str, feats: torch.Tensor) -> torch.Tensor:
-        return head_output(self.heads[name], feats, self._heads_batchnorm)
+        return head_output(self.heads[name], feats, self._heads_batchnorm, self.seeds.batch_dim)
 
     def _embed(self, feats: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self._head("projector", feats), dim=1)
+        return F.normalize(self._head("projector", feats), dim=-1)
+
+    def _pretext(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One random transformation of each sample (drawn from its seed's generator): the views and their labels."""
+        variant, count = self.cfg.pretext, self.seeds.size(inputs)
+        labels = self.seeds.draw(lambda g: pretext_labels(count, variant, g, inputs.device))
+        return self.seeds.per_sample(lambda images, y: apply_pretext(images, y, variant), inputs, labels), labels
 
     def observe(self, x, y, x_raw):
-        cfg = self.cfg
+        cfg, seeds = self.cfg, self.seeds
         buf_x, buf_y, b1, inputs, labels = replay_batches(self, x, y)
         x_view = None
         if self.pt or self.scl:
             # one random transformation per sample of stream + b2, shared by the pretext task and SCL's view
-            x_view, pt_labels = random_pretext(inputs, cfg.pretext, self.ctx.generator)
+            x_view, pt_labels = self._pretext(inputs)
         roles = [x] + [r for r in (buf_x, None if b1 is None else b1[0], x_view) if r is not None]
         f_x, *rest = self._features(roles)
         logits = self.net.classifier(f_x)
-        loss = F.cross_entropy(logits, y)                                   # L_base (Eq. 2): stream mean ...
+        loss = seeds.cross_entropy(logits, y)                               # L_base (Eq. 2): stream mean ...
         feats = f_x
         if buf_x is not None:
             f_b2 = rest.pop(0)
-            loss = loss + cfg.beta * F.cross_entropy(self.net.classifier(f_b2), buf_y)   # ... + beta * buffer mean
-            feats = torch.cat([f_x, f_b2])
+            loss = loss + cfg.beta * seeds.cross_entropy(self.net.classifier(f_b2), buf_y)   # ... + beta * buffer's
+            feats = seeds.cat([f_x, f_b2])
 
         if b1 is not None:
             f_b1 = rest.pop(0)
+            o = self.net.classifier(f_b1)
             with torch.no_grad():   # the target is detached: its embeddings need no graph
-                z = self._embed(f_b1) if cfg.ckd_embedding == "projector" else F.normalize(f_b1, dim=1)
-            loss = loss + cfg.lambda1 * ckd_loss(self.net.classifier(f_b1), b1[1], z, cfg.omega,
-                                                    cfg.gamma, cfg.affinity, cfg.affinity_c)
+                z = self._embed(f_b1) if cfg.ckd_embedding == "projector" else F.normalize(f_b1, dim=-1)
+                target = collaborative_target(o, b1[1], z, cfg.omega, cfg.gamma, cfg.affinity, cfg.affinity_c)
+            loss = loss + cfg.lambda1 * seeds.mse(o, target)                # L_CKD (Eq. 4)
         if x_view is not None:
             f_view = rest.pop(0)
             css = 0.0
             if self.pt:
-                css = css + F.cross_entropy(self._head("pretext", f_view), pt_labels)
+                css = css + seeds.cross_entropy(self._head("pretext", f_view), pt_labels)
             if self.scl:
-                z = self._embed(torch.cat([feats, f_view]))
-                css = css + supcon_loss(z, torch.cat([labels, labels]), cfg.tau)
+                z = self._embed(seeds.cat([feats, f_view]))
+                css = css + supcon_loss(z, seeds.cat([labels, labels]), cfg.tau)
             loss = loss + cfg.lambda2 * css
 
         loss = self.sgd_step(loss)
         fields = {"examples": x_raw, "labels": y}
         if self.ckd:
-            fields["logits"] = logits[: x.shape[0]].detach()   # o_hat: this step's pre-update outputs, as DER
+            fields["logits"] = logits.detach()   # o_hat: this step's pre-update outputs, as DER
         self.buffer.add(**fields)
         return loss
