@@ -1,22 +1,18 @@
-"""tools/breakdown.py: the phases of a `dvc repro` read from its time-stamped output."""
+"""python -m gcl.bench breakdown (gcl.bench.breakdown): the phases of a `dvc repro` read from its time-stamped output."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
-BREAKDOWN = Path(__file__).resolve().parents[1] / "tools" / "breakdown.py"
+from gcl.bench import breakdown as breakdown_module
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def breakdown(monkeypatch):
-    spec = importlib.util.spec_from_file_location("breakdown_under_test", BREAKDOWN)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-    return module
+def breakdown():
+    return breakdown_module
 
 
 LINES = [
@@ -58,7 +54,7 @@ def test_a_run_of_an_earlier_commit_with_offline_downloads_keeps_its_results(bre
     """--rev clones that commit, --downloads lands as the clone's data/downloads, --keep-results gets the clone's
     params.yaml, dvc.lock and results/ (dvc repro itself stood in for: it is what the clone runs)."""
     import subprocess
-    root = breakdown.ROOT
+    root = ROOT
     # HEAD by its hash: a CI checkout may hold no earlier commit
     previous = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                               check=True).stdout.strip()
@@ -77,10 +73,12 @@ def test_a_run_of_an_earlier_commit_with_offline_downloads_keeps_its_results(bre
         return LINES, 21.0
     monkeypatch.setattr(breakdown, "timed_lines", fake_repro)
     kept = tmp_path / "kept"
-    total, rows = breakdown.one_run(None, None, rev=previous, downloads=tmp_path / "dl", keep_results=kept)
+    total, rows = breakdown.one_run(None, None, rev=previous, downloads=tmp_path / "dl", keep_results=kept, root=ROOT)
     assert seen == {"head": previous, "downloaded": b"idx"} and total == 21.0 and rows
     assert (kept / "dvc.lock").read_text() == "lock" and (kept / "results" / "tables.md").read_text() == "tables"
     assert (kept / "params.yaml").read_text() == subprocess.run(
         ["git", "-C", str(root), "show", f"{previous}:params.yaml"], capture_output=True, text=True).stdout
     with pytest.raises(SystemExit, match="no such folder"):
         breakdown.main(["--downloads", str(tmp_path / "missing")])
+    with pytest.raises(SystemExit, match="holds no dvc.yaml"):       # the repository cloned: the current folder's
+        breakdown.main(["--root", str(tmp_path)])

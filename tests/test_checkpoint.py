@@ -8,7 +8,7 @@ import torch
 from gcl.core.results import TIMINGS, SeedResult
 from gcl.data import sequential
 from gcl.methods import METHODS
-from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
+from gcl.training.checkpoint import Checkpoint, global_rng_states, restore_global_rng_states
 from gcl.training.progress import Progress
 from gcl.training.train import run_seed
 from helpers import run_settings, sequential_settings, synthetic_source
@@ -165,14 +165,12 @@ def test_random_states_round_trip(tmp_path):
     import random
 
     import numpy as np
-    g = torch.Generator().manual_seed(3)
-    saved = rng_states(g, CPU)
     ckpt = Checkpoint(tmp_path / "c.ckpt", "fp", 0.0)
-    ckpt.save({"rng": saved})
-    draws = (torch.rand(3, generator=g), random.random(), np.random.rand(), torch.rand(2))
-    restore_rng_states(ckpt.load(print)["rng"], g, CPU)
-    again = (torch.rand(3, generator=g), random.random(), np.random.rand(), torch.rand(2))
-    assert torch.equal(draws[0], again[0]) and draws[1:3] == again[1:3] and torch.equal(draws[3], again[3])
+    ckpt.save({"rng": global_rng_states(CPU)})
+    draws = (random.random(), np.random.rand(), torch.rand(2))
+    restore_global_rng_states(ckpt.load(print)["rng"], CPU)
+    again = (random.random(), np.random.rand(), torch.rand(2))
+    assert draws[:2] == again[:2] and torch.equal(draws[2], again[2])
 
 
 @pytest.mark.parametrize("stop", [10, 25])

@@ -5,7 +5,9 @@ the `aot_eager` backend (dynamo's graph capture and AOT autograd, without code g
 must match the eager one bit for bit; with inductor (generated C++ kernels) to rounding.
 """
 import copy
+import functools
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +25,7 @@ from gcl.training.train import run_seed
 from helpers import run_settings, synthetic_source
 
 CPU = torch.device("cpu")
+ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = {"sgd": {}, "er": {"replay_batch": 6}, "er-ace": {"replay_batch": 6},
             "derpp": {"replay_batch": 6, "alpha": 0.3, "beta": 0.5}, "coca": {"replay_batch": 6},
             "clser": {"replay_batch": 6}}
@@ -289,3 +292,94 @@ def test_stacking_where_the_run_stays_eager_passes_check_runs(device, compile_se
     """Eager wherever it runs: auto on the CPU, compile: false, or a method that is never compiled (A-GEM)."""
     from gcl.config import resolve_run
     assert resolve_run(stack_true_params(device, compile_setting, method), "run").benchmark.stack is True
+
+
+# The compile check: a profile's run trained for the first steps of its stream twice through the training loop, eager
+# and compiled, from the same network and random numbers (gcl.bench.compiled.train; `python -m gcl.bench compile` times
+# the same two passes). The eager steps before the first compiled one are identical, so the first compiled step's loss
+# may differ from the eager one by rounding only.
+TOLERANCE = 1e-3      # the largest relative difference of the first compiled step's loss
+
+
+def eager_and_compiled(spec, bench: dict, device: torch.device, steps: int, warmup: int):
+    """The losses of the steps a compiled backbone runs (from the loop's EAGER_STEPS on), eager and compiled, and
+    their relative differences."""
+    from gcl.bench.compiled import train
+    eager, compiled = (train(spec, bench, device, c, steps, warmup)["losses"][EAGER_STEPS:] for c in (False, True))
+    return eager, compiled, (eager - compiled).abs() / eager.abs().clamp(min=1e-12)
+
+
+def test_the_compile_check_passes_a_faithful_compile_and_catches_a_wrong_one(monkeypatch):
+    from gcl.bench.common import random_benchmark
+    from gcl.config import resolve_run
+    from gcl.data.random_sources import MNIST_PIXELS, SourceShape, random_source
+    from image_fixtures import SEQ_BENCHMARK
+    params = {"seeds": [0], "device": "cpu", "sources": {"mnist-bundled": {}},
+              "benchmarks": {"b": {**SEQ_BENCHMARK, "epochs": 3}}, "methods": {"er": {}},
+              "runs": {"b-er-20": {"benchmark": "b", "method": "er", "buffer": 20, "lr": 0.1, "batch": 4,
+                                   "replay_batch": 4}}}
+    spec = resolve_run(params, "b-er-20")
+    bench = random_benchmark(spec.data, random_source(SourceShape(10, 12, 3, (1, 28, 28), MNIST_PIXELS)))
+    faithful = lambda fn, mode: torch.compile(fn, backend="aot_eager", dynamic=False)
+    wrong = lambda fn, mode: lambda net, x: 1.5 * fn(net, x)    # what a stale or mis-captured graph would do
+    try:
+        monkeypatch.setattr(backbones, "compile_extractor", faithful)
+        compiled_extract.cache_clear()
+        eager, compiled, rel = eager_and_compiled(spec, bench, CPU, steps=30, warmup=25)
+        assert len(eager) == 30 - EAGER_STEPS and rel.max() == 0.0 and torch.equal(eager[-5:], compiled[-5:])
+        monkeypatch.setattr(backbones, "compile_extractor", wrong)
+        compiled_extract.cache_clear()
+        _, _, rel = eager_and_compiled(spec, bench, CPU, steps=30, warmup=25)
+        assert rel[0] > TOLERANCE
+    finally:
+        compiled_extract.cache_clear()
+        torch._dynamo.reset()
+
+
+@pytest.fixture
+def deterministic_kernels(monkeypatch):
+    """Deterministic kernels and no TF32, so that two passes from the same network and inputs stay identical through
+    their eager steps on a GPU (with CUDA's usual kernels they drift apart there already: docs/performance.md).
+    cuBLAS reads its workspace setting at its first use: run these tests in a process of their own (tools/gpucheck.sh)."""
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+             torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+    torch.use_deterministic_algorithms(True, warn_only=True)   # warn where a kernel has no deterministic version
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved[2:]
+
+
+@functools.lru_cache(maxsize=1)
+def paper_seq_cifar10() -> tuple[dict, dict]:
+    """profiles/paper.yaml and its seq-cifar10 benchmark built from random images of CIFAR-10's real shape and counts."""
+    from gcl.bench.common import random_benchmark
+    from gcl.config import load_params, resolve_run
+    from gcl.data.random_sources import random_source, shape_of
+    params = load_params(ROOT / "profiles" / "paper.yaml")
+    key = next(k for k, r in params["runs"].items() if r["benchmark"] == "seq-cifar10")
+    data = resolve_run(params, key).data
+    return params, random_benchmark(data, random_source(shape_of(params, data.source)))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled step on a GPU (CUDA graphs) needs one")
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("method", ["er", "derpp", "coca", "clser"])
+def test_on_the_gpu_a_compiled_run_trains_as_the_eager_one(method, bf16, deterministic_kernels):
+    """The paper profile's seq-cifar10 run of `method` (its largest buffer) on real-sized random images, 300 steps
+    each way with CUDA graphs, as `python -m gcl.bench compile` trains them."""
+    from gcl.bench.common import cells_of
+    from gcl.config import resolve_run
+    params, bench = paper_seq_cifar10()
+    (keys,) = cells_of(params, ["seq-cifar10"], [method]).values()
+    spec = resolve_run(params, keys[0])
+    spec = spec.model_copy(update={"benchmark": spec.benchmark.model_copy(update={"bf16": bf16})})
+    eager, compiled, rel = eager_and_compiled(spec, bench, torch.device("cuda"), steps=300, warmup=40)
+    tail = min(50, len(eager))
+    assert rel[0] <= TOLERANCE, (f"{keys[0]}: first compiled loss {compiled[0]:.6g} against eager {eager[0]:.6g}; "
+                                 f"largest relative difference over 10 steps {rel[:10].max():.3g}; last {tail} steps' "
+                                 f"mean {compiled[-tail:].mean():.6g} against {eager[-tail:].mean():.6g}")

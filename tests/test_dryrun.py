@@ -1,19 +1,17 @@
-"""tools/dryrun.py: the dry profile keeps each run's stream structure while cutting its cost, and a CI-size dry run
+"""gcl.dryrun: the dry profile keeps each run's stream structure while cutting its cost, and a CI-size dry run
 of the paper profile (one run per method on each kind of benchmark) trains and reports through `dvc repro`."""
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from gcl import dryrun
 from gcl.config import benchmark_settings, load_params, resolve_run
 from gcl.data.random_sources import SOURCE_SHAPES, random_source
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import dryrun  # noqa: E402
 
 PAPER = ROOT / "profiles" / "paper.yaml"
 
@@ -188,7 +186,7 @@ def test_a_ci_size_dry_run_of_the_paper_profile_trains_and_reports(tmp_path, cap
     64x64x3 images; CN-DPM's split protocol), 2 epochs, every pass ending in a short batch, through `dvc repro`;
     the report with its comparison (one seed a side: the difference without an interval)."""
     status = dryrun.main([str(PAPER), "--runs", "mnist-360-*", "seq-cifar10-*", "seq-tinyimg-*", "split-cifar10-*",
-                          "--one-per-method", "--scale", "0.01", "--workspace", str(tmp_path / "dry")])
+                          "--one-per-method", "--scale", "0.01", "--root", str(ROOT), "--workspace", str(tmp_path / "dry")])
     out = capsys.readouterr().out
     assert status == 0, out
     ok = [line for line in out.splitlines() if line.startswith("ok  ")]
@@ -206,9 +204,16 @@ def test_a_dry_run_of_two_seeds_trains_a_stackable_run_stacked(tmp_path, capsys)
     """With --seeds 2 the seeds of a run that stacks (MNIST-360's ER, on the MLP) train as one stacked group,
     as in the real run, and the closing lines no longer claim that stacked seeds went unproven."""
     status = dryrun.main([str(PAPER), "--runs", "mnist-360-er-200", "--scale", "0.01", "--seeds", "2",
-                          "--workspace", str(tmp_path / "dry")])
+                          "--root", str(ROOT), "--workspace", str(tmp_path / "dry")])
     out = capsys.readouterr().out
     assert status == 0, out
     assert "cut: 2 of 10 seeds" in out and "at most 2 seeds per run, stacked where the run stacks" in out
     metrics = json.loads((tmp_path / "dry" / "runs" / "mnist-360" / "er" / "200" / "metrics.json").read_text())
     assert [seed["environment"]["stacked"] for seed in metrics["seeds"].values()] == [2, 2]
+
+
+def test_a_dry_run_outside_the_project_says_where_to_run_it(tmp_path):
+    """The pipeline copied is the current folder's (or --root's): a folder without dvc.yaml is refused in one line."""
+    with pytest.raises(SystemExit, match="holds no dvc.yaml: run from the project's root folder, or name it with --root"):
+        dryrun.main([str(PAPER), "--root", str(tmp_path), "--workspace", str(tmp_path / "dry")])
+    assert not (tmp_path / "dry").exists()

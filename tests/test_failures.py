@@ -145,20 +145,20 @@ def project(tmp_path, monkeypatch):
 def test_seeds_finished_on_other_data_are_not_reused(project, monkeypatch):
     import gcl.training.run as run_module
     trained = []
-    original = run_module.run_seed
+    original = run_module.train_seeds
     # seed 0 finished, then the run was interrupted; meanwhile the benchmark was rebuilt from other data
     def crash_on_seed_1(*a, **kw):
-        if a[3] == 1:
+        if a[3] == [1]:
             raise KeyboardInterrupt
         return original(*a, **kw)
 
-    monkeypatch.setattr(run_module, "run_seed", crash_on_seed_1)
+    monkeypatch.setattr(run_module, "train_seeds", crash_on_seed_1)
     with pytest.raises(KeyboardInterrupt):
         train_run(project)
     bench = mnist360.build_benchmark(synthetic_source(per_class=48), project.data)
     bench["config"] = project.data.model_dump(mode="json")
     save_tensors("data/benchmarks/mnist-360/benchmark.pt", bench)
-    monkeypatch.setattr(run_module, "run_seed", lambda *a, **kw: (trained.append(a[3]), original(*a, **kw))[1])
+    monkeypatch.setattr(run_module, "train_seeds", lambda *a, **kw: (trained.extend(a[3]), original(*a, **kw))[1])
     out = json.loads(train_run(project).read_text())
     assert trained == [0, 1]                       # seed 0 was trained again on the new data
     assert out["seeds"]["0"]["steps"] == out["seeds"]["1"]["steps"]

@@ -1,16 +1,15 @@
 """CI-size dry runs of the profiles that read CIFAR-10 from an image folder (profiles/cifar10-folder.yaml,
-profiles/online-cifar10.yaml; tools/dryrun.py), as tests/test_dryrun.py runs the paper profile's: the folder's
+profiles/online-cifar10.yaml; gcl.dryrun), as tests/test_dryrun.py runs the paper profile's: the folder's
 `like: cifar10` gives the dry run its shape, so no folder is needed. The folder profile's: 51 s and 84 s in two runs on the
 2-core development machine (beside another job), hence e2e."""
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from gcl import dryrun
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import dryrun  # noqa: E402
 
 PROFILES = {   # profile -> its image-folder source, its benchmark, the runs of a one-per-method-and-benchmark cut
     "cifar10-folder.yaml": ("cifar10-folder", "seq-cifar10", 5),
@@ -25,7 +24,8 @@ def test_a_ci_size_dry_run_of_a_folder_profile_trains_and_reports_without_the_fo
     standing in for the folder the profile points at (which does not exist here)."""
     profile, (source, benchmark, runs) = ROOT / "profiles" / name, PROFILES[name]
     assert not (ROOT / yaml.safe_load(profile.read_text())["sources"][source]["path"]).exists()
-    status = dryrun.main([str(profile), "--one-per-method", "--scale", "0.01", "--workspace", str(tmp_path / "dry")])
+    status = dryrun.main([str(profile), "--one-per-method", "--scale", "0.01", "--root", str(ROOT),
+                          "--workspace", str(tmp_path / "dry")])
     out = capsys.readouterr().out
     assert status == 0, out
     ok = [line for line in out.splitlines() if line.startswith("ok  ")]

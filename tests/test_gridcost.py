@@ -1,35 +1,29 @@
-"""tools/gridcost.py: a profile's device-hours projected from timed steps (a 2-method, 2-step profile on CPU);
-tools/compilecheck.py: eager and compiled training side by side."""
+"""python -m gcl.bench grid (gcl.bench.grid): a profile's device-hours projected from timed steps (a 2-method, 2-step
+profile on CPU); python -m gcl.bench compile (gcl.bench.compiled): eager and compiled steps timed side by side (whether
+they train alike: tests/test_compile.py)."""
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
+from gcl.bench import compiled
+from gcl.bench import grid as grid_module
 from gcl.data.random_sources import MNIST_PIXELS, SOURCE_SHAPES, SourceShape
 from image_fixtures import SEQ_BENCHMARK
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "tools"
 PER_CLASS, TEST_PER_CLASS = 12, 3
 
 
 @pytest.fixture
-def gridcost(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    # its own name, so that the processes it spawns import it (from the parent's sys.path)
-    spec = importlib.util.spec_from_file_location("gridcost", BENCHMARKS / "gridcost.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-    # the tools look shapes up through gcl.data.random_sources.shape_of, in its SOURCE_SHAPES
+def grid(monkeypatch):
+    # the benchmarks look shapes up through gcl.data.random_sources.shape_of, in its SOURCE_SHAPES
     small = SourceShape(10, PER_CLASS, TEST_PER_CLASS, (1, 28, 28), MNIST_PIXELS)
     monkeypatch.setitem(SOURCE_SHAPES, "mnist-bundled", small)
-    yield module
+    yield grid_module
     torch.set_num_threads(1)
 
 
@@ -48,8 +42,8 @@ def write_profile(tmp_path: Path) -> Path:
     return path
 
 
-def test_a_profiles_projection_from_two_timed_steps(gridcost, tmp_path, capsys):
-    rows = gridcost.main(["--profile", str(write_profile(tmp_path)), "--methods", "er,joint", "--steps", "2",
+def test_a_profiles_projection_from_two_timed_steps(grid, tmp_path, capsys):
+    rows = grid.main(["--profile", str(write_profile(tmp_path)), "--methods", "er,joint", "--steps", "2",
                           "--warmup", "2", "--device", "cpu", "--threads", "1"])
     by = {r["method"]: r for r in rows}
     assert set(by) == {"er", "joint"}                       # sgd filtered out
@@ -69,24 +63,24 @@ def test_a_profiles_projection_from_two_timed_steps(gridcost, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_several_processes_divide_the_step_time(gridcost, tmp_path):
-    rows = gridcost.main(["--profile", str(write_profile(tmp_path)), "--methods", "sgd", "--steps", "2",
+def test_several_processes_divide_the_step_time(grid, tmp_path):
+    rows = grid.main(["--profile", str(write_profile(tmp_path)), "--methods", "sgd", "--steps", "2",
                           "--warmup", "1", "--device", "cpu", "--processes", "2", "--threads", "1"])
     (sgd,) = rows
     assert sgd["effective"] == pytest.approx(sgd["step"] / 2)
 
 
-def test_the_timed_stream_is_the_warmup_then_the_second_tasks_first_steps(gridcost):
+def test_the_timed_stream_is_the_warmup_then_the_second_tasks_first_steps(grid):
     from gcl.data.stream import Stream
     bounds = [0, 4, 8, 10, 14, 18, 20]              # task 0: steps 0-2, task 1: steps 3-5
     stream = Stream(images=torch.zeros(20, 1, 2, 2, dtype=torch.uint8), labels=torch.zeros(20, dtype=torch.long),
                     order=torch.arange(20), bounds=bounds, eval_after=[2, 5], task_ends=[2, 5],
                     task_classes=[(0, 2), (2, 4)])
-    cut, timed = gridcost.timing_stream(stream, True, warmup=2, steps=2)
+    cut, timed = grid.timing_stream(stream, True, warmup=2, steps=2)
     assert timed == 2 and cut.bounds == [0, 4, 8, 12, 16]
     assert cut.order.tolist() == list(range(8)) + list(range(10, 18))
     assert cut.task_ends == cut.eval_after == [1, 3]
-    flat, _ = gridcost.timing_stream(dataclasses_replace(stream, task_ends=[]), False, warmup=2, steps=3)
+    flat, _ = grid.timing_stream(dataclasses_replace(stream, task_ends=[]), False, warmup=2, steps=3)
     assert flat.task_ends == [] and flat.eval_after == [1, 4] and flat.bounds == bounds[:6]
 
 
@@ -95,7 +89,7 @@ def dataclasses_replace(obj, **changes):
     return dataclasses.replace(obj, **changes)
 
 
-def test_compile_reaches_the_timed_cells(gridcost, tmp_path, monkeypatch):
+def test_compile_reaches_the_timed_cells(grid, tmp_path, monkeypatch):
     """--compile on times the compiled backbone (here dynamo without code generation, counted); off, eager."""
     from gcl.core import backbones
     calls = []
@@ -110,45 +104,32 @@ def test_compile_reaches_the_timed_cells(gridcost, tmp_path, monkeypatch):
     argv = ["--profile", str(write_profile(tmp_path)), "--methods", "er", "--steps", "4", "--warmup", "18",
             "--device", "cpu", "--threads", "1"]
     try:
-        gridcost.main(argv + ["--compile", "off"])
+        grid.main(argv + ["--compile", "off"])
         assert calls == []
-        gridcost.main(argv + ["--compile", "on"])
+        grid.main(argv + ["--compile", "on"])
         assert calls and set(calls) == {"default"}
     finally:
         backbones.compiled_extract.cache_clear()
         torch._dynamo.reset()
 
 
-def load_tool(name: str):
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_compilecheck_passes_a_faithful_compile_and_flags_a_wrong_one(gridcost, tmp_path, monkeypatch, capsys):
+def test_the_compile_command_times_eager_and_compiled_steps(grid, tmp_path, monkeypatch, capsys):
+    """Every pair that compiles is trained both ways and timed (here dynamo without code generation); JOINT, which
+    trains after the stream, is named as skipped."""
     from gcl.core import backbones
-    compilecheck = load_tool("compilecheck")
-    faithful = lambda fn, mode: torch.compile(fn, backend="aot_eager", dynamic=False)
-    wrong = lambda fn, mode: lambda net, x: 1.5 * fn(net, x)    # what a stale or mis-captured graph would do
     argv = ["--profile", str(write_profile(tmp_path)), "--benchmarks", "b", "--methods", "er,joint", "--steps", "30",
             "--warmup", "25", "--device", "cpu"]
     try:
-        monkeypatch.setattr(backbones, "compile_extractor", faithful)
+        monkeypatch.setattr(backbones, "compile_extractor",
+                            lambda fn, mode: torch.compile(fn, backend="aot_eager", dynamic=False))
         backbones.compiled_extract.cache_clear()
-        (row,) = compilecheck.main(argv)
+        (row,) = compiled.main(argv)
         assert row["method"] == "er" and row["mode"] == "default"
-        assert row["first_rel"] == 0.0 and row["rel_10"] == 0.0 and row["tail_eager"] == row["tail_compiled"]
-        assert row["eager_ms"] > 0 and row["compiled_ms"] > 0
-        assert "b joint: not compiled" in capsys.readouterr().out
-        monkeypatch.setattr(backbones, "compile_extractor", wrong)
-        backbones.compiled_extract.cache_clear()
-        with pytest.raises(SystemExit, match="1"):
-            compilecheck.main(argv)
-        assert "the first loss differs beyond 0.001 for: b/er" in capsys.readouterr().out
-        with pytest.raises(SystemExit, match="1"):      # a CPU's kernels are deterministic: checked with either
-            compilecheck.main([*argv, "--kernels", "fast"])
-        assert "fast kernels; 30 steps" in capsys.readouterr().out
+        assert row["eager_ms"] > 0 and row["compiled_ms"] > 0 and row["speedup"] == row["eager_ms"] / row["compiled_ms"]
+        out = capsys.readouterr().out
+        assert "b joint: not compiled" in out and "compiled ms" in out and "30 steps each way" in out
+        with pytest.raises(SystemExit):
+            compiled.main([*argv[:-4], "--warmup", "10", "--device", "cpu"])   # inside the loop's eager steps
     finally:
         backbones.compiled_extract.cache_clear()
         torch._dynamo.reset()

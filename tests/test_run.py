@@ -111,21 +111,35 @@ def test_a_run_stopped_inside_a_seed_resumes_from_its_checkpoint(project, monkey
 
 
 def interrupted_at_seed_2(project, monkeypatch, workers: int = 1) -> list[int]:
-    """Train seeds 0 and 1, stop at seed 2 (in `workers` processes); return the list the later calls of run_seed
-    append their seed to."""
+    """Train seeds 0 and 1, stop at seed 2 (in `workers` processes); return the list the later jobs that train a seed
+    alone append their seed to."""
     import gcl.training.run as run_module
-    original, calls = run_module.run_seed, []
+    original, calls = run_module.train_seeds, []
 
-    def stop_at_seed_2(bench, bench_cfg, run_cfg, seed, *args, **kw):
-        if seed == 2:
+    def stop_at_seed_2(*args, **kw):
+        if args[3] == [2] and not stacked_job(args):
             raise KeyboardInterrupt
-        return original(bench, bench_cfg, run_cfg, seed, *args, **kw)
+        return original(*args, **kw)
 
-    monkeypatch.setattr(run_module, "run_seed", stop_at_seed_2)
+    monkeypatch.setattr(run_module, "train_seeds", stop_at_seed_2)
     with pytest.raises(KeyboardInterrupt):
         train_run(project, workers=workers)
-    monkeypatch.setattr(run_module, "run_seed", lambda *a, **kw: (calls.append(a[3]), original(*a, **kw))[1])
+    monkeypatch.setattr(run_module, "train_seeds", recording_alone(original, calls))
     return calls
+
+
+def stacked_job(args: tuple) -> bool:
+    """Whether a call of train_seeds (as gcl.training.run makes it, every argument positional) trains a stacked group."""
+    return len(args) > 9 and args[9]
+
+
+def recording_alone(function, calls: list):
+    """train_seeds, appending the seed of each job that trains one seed alone to `calls` first."""
+    def recorded(*args, **kwargs):
+        if not stacked_job(args):
+            calls.extend(args[3])
+        return function(*args, **kwargs)
+    return recorded
 
 
 @pytest.mark.slow
@@ -178,8 +192,7 @@ def test_a_failed_metrics_write_keeps_every_seed_for_the_rerun(project, monkeypa
     assert len(list((PROGRESS_DIR / "er-50").glob("seed-*.json"))) == 3
     monkeypatch.setattr(run_module, "write_json", original)
     calls = []
-    original_seed = run_module.run_seed
-    monkeypatch.setattr(run_module, "run_seed", lambda *a, **kw: (calls.append(a[3]), original_seed(*a, **kw))[1])
+    monkeypatch.setattr(run_module, "train_seeds", recording_alone(run_module.train_seeds, calls))
     out = train_run(project)
     assert calls == [] and (out.parent / "features.pt").exists()
 
@@ -245,7 +258,7 @@ def test_an_interrupted_stacked_run_resumes_with_its_finished_group(stacked_proj
     again: the numbers of a run that never stopped."""
     import gcl.training.run as run_module
     whole = json.loads(train_run(stacked_project, workers=2).read_text())
-    original = run_module.train_stacked
+    original = run_module.train_seeds
 
     def stop_in_second_group(bench, training, run, seeds, *args, **kw):
         Path(f"trained-{'-'.join(map(str, seeds))}").touch()     # seen from the worker processes too
@@ -253,7 +266,7 @@ def test_an_interrupted_stacked_run_resumes_with_its_finished_group(stacked_proj
             raise StopInSecondGroup("stopped")
         return original(bench, training, run, seeds, *args, **kw)
 
-    monkeypatch.setattr(run_module, "train_stacked", stop_in_second_group)
+    monkeypatch.setattr(run_module, "train_seeds", stop_in_second_group)
     with pytest.raises(StopInSecondGroup):
         train_run(stacked_project, workers=2)
     assert len(list((PROGRESS_DIR / "er-50").glob("seed-*.json"))) == 2
@@ -291,7 +304,7 @@ def test_seeds_finished_alone_are_not_taken_into_a_stacked_attempt(four_cores, m
     finished alone by an attempt in three processes (stack: auto makes no stack of one), train again when the next
     attempt, in one process, stacks all three, though every setting is the same."""
     project = small_er_run([0, 1, 2], stack="auto")
-    monkeypatch.setattr(run_module(), "train_stacked", recording(run_module().train_stacked, stacked_calls := []))
+    monkeypatch.setattr(run_module(), "train_seeds", recording(run_module().train_seeds, stacked_calls := []))
     calls = interrupted_at_seed_2(project, monkeypatch, workers=3)
     assert len(list((PROGRESS_DIR / "er-50").glob("seed-*.json"))) == 2 and stacked_calls == []
     out = json.loads(train_run(project, workers=1).read_text())
@@ -322,9 +335,10 @@ def run_module():
 
 
 def recording(function, calls: list):
-    """`function`, appending the seeds of each call (its fourth argument) to `calls` first."""
+    """train_seeds, appending the seeds of each stacked job (its fourth argument) to `calls` first."""
     def recorded(*args, **kwargs):
-        calls.append(list(args[3]))
+        if stacked_job(args):
+            calls.append(list(args[3]))
         return function(*args, **kwargs)
     return recorded
 

@@ -1,12 +1,13 @@
-"""tools/same_state.py: two saved seed states compare equal only when every tensor and value is, timings aside."""
-import sys
+"""python -m gcl.bench same-state (gcl.bench.same_state): two saved seed states compare equal only when every tensor and
+value is, timings aside; `save` with another checkout's library runs in a process of its own."""
 from pathlib import Path
 
+import pytest
 import torch
 
+from gcl.bench import same_state
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import same_state  # noqa: E402
 
 
 def state() -> dict:
@@ -48,3 +49,23 @@ def test_values_dtypes_and_keys_are_compared():
     assert "/method/buffer/examples" in found
     assert "/loop/extra (in one state only)" in found
     assert len(found) == 3
+
+
+@pytest.mark.slow
+def test_a_seed_saved_with_a_checkouts_library_is_the_seed_saved_here(tmp_path, monkeypatch, capfd):
+    """--code runs the save in a process of its own under that checkout's src/ (here this one's, so the two states
+    must be equal); a folder that is no checkout is refused."""
+    from gcl.config import resolve_benchmark
+    from gcl.data.benchmarks import build_benchmark
+    from image_fixtures import labelled_source, write_er_params
+    params = write_er_params(tmp_path)
+    build_benchmark(resolve_benchmark(params, "seq")["data"], labelled_source(per_class=8),
+                    tmp_path / "data" / "benchmarks" / "seq")
+    monkeypatch.chdir(tmp_path)
+    assert same_state.main(["save", "seq-er-50", "0", "here.pt"]) == 0
+    assert same_state.main(["save", "seq-er-50", "0", "there.pt", "--code", str(ROOT)]) == 0
+    assert f"library: {ROOT / 'src' / 'gcl'}" in capfd.readouterr().out
+    assert same_state.main(["compare", "here.pt", "there.pt"]) == 0
+    with pytest.raises(SystemExit, match="no src/gcl there"):
+        same_state.main(["save", "seq-er-50", "0", "x.pt", "--code", str(tmp_path)])
+    torch.set_num_threads(1)

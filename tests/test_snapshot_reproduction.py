@@ -1,14 +1,11 @@
-"""tools/snapshot_reproduction.py keeps a grid's finished runs across sittings: only finished runs of the profile,
+"""gcl.snapshot (python -m gcl.snapshot) keeps a grid's finished runs across sittings: only finished runs of the profile,
 the lock cut to its stages, the report only once it is this grid's whole report."""
 import hashlib
-import sys
 from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import snapshot_reproduction  # noqa: E402
+from gcl import snapshot
 
 PARAMS = {"sources": {"src": {}}, "benchmarks": {"b": {}},
           "runs": {"b-er-200": {"benchmark": "b", "method": "er", "buffer": 200},
@@ -41,7 +38,7 @@ def workspace(tmp_path: Path) -> Path:
 def test_only_the_profiles_finished_runs_and_stages_are_kept(tmp_path):
     ws, dest = workspace(tmp_path), tmp_path / "repro"
     dest.mkdir()
-    assert snapshot_reproduction.snapshot(ws, dest) == ["train@b-er-200"]
+    assert snapshot.snapshot(ws, dest) == ["train@b-er-200"]
     assert (dest / "runs/b/er/200/train.log").read_text() == "train.log"
     assert not (dest / "runs/b/sgd").exists() and not (dest / "runs/b/coca").exists()
     lock = yaml.safe_load((dest / "dvc.lock").read_text())["stages"]
@@ -64,13 +61,13 @@ def test_the_report_joins_once_it_is_the_whole_grids(tmp_path):
         (ws / "dvc.lock").write_text(yaml.safe_dump(lock))
 
     write_summary("b,er,200,0,50.0\n")                 # another profile's report, or part of the grid
-    assert "report" not in snapshot_reproduction.snapshot(ws, dest)
+    assert "report" not in snapshot.snapshot(ws, dest)
     write_summary("b,er,200,0,50.0\nb,sgd,none,0,20.0\nb,coca,200,0,60.0\n")
-    assert "report" in snapshot_reproduction.snapshot(ws, dest)
+    assert "report" in snapshot.snapshot(ws, dest)
     assert (dest / "results" / "summary.csv").read_text() == summary.read_text()
     assert "report" in yaml.safe_load((dest / "dvc.lock").read_text())["stages"]
     summary.write_text(summary.read_text() + "b,er,200,1,51.0\n")   # edited since dvc.lock recorded it
-    assert "report" not in snapshot_reproduction.snapshot(ws, dest)
+    assert "report" not in snapshot.snapshot(ws, dest)
 
 
 def test_a_report_of_part_of_the_grid_stays_whole_while_later_runs_join(tmp_path):
@@ -90,14 +87,14 @@ def test_a_report_of_part_of_the_grid_stays_whole_while_later_runs_join(tmp_path
                                 "outs": [{"path": "results/summary.csv",
                                           "md5": hashlib.md5(summary.read_bytes()).hexdigest()}]}
     (ws / "dvc.lock").write_text(yaml.safe_dump(lock))
-    assert "report" in snapshot_reproduction.snapshot(ws, dest)
+    assert "report" in snapshot.snapshot(ws, dest)
 
     # the whole profile back; the coca run finishes; the check stage records the whole profile's digest now
     (ws / "params.yaml").write_text(yaml.safe_dump(PARAMS))
     (ws / ".gcl-progress" / "b-coca-200.lock").unlink()
     lock["stages"]["check@runs"]["deps"][0]["md5"] = hashlib.md5((ws / "params.yaml").read_bytes()).hexdigest()
     (ws / "dvc.lock").write_text(yaml.safe_dump(lock))
-    assert sorted(snapshot_reproduction.snapshot(ws, dest)) == ["train@b-coca-200", "train@b-er-200"]
+    assert sorted(snapshot.snapshot(ws, dest)) == ["train@b-coca-200", "train@b-er-200"]
     assert yaml.safe_load((dest / "params.yaml").read_text()) == part
     assert (dest / "results" / "summary.csv").read_text() == summary.read_text()
     kept = yaml.safe_load((dest / "dvc.lock").read_text())["stages"]

@@ -11,11 +11,11 @@ from gcl.core.stacked import flat_seeds
 from gcl.core.stacked_resnet import StackedResNet18, stack_networks
 from gcl.data import sequential
 from gcl.data.augment import SeedwiseTransform
-from gcl.training.stacked_train import train_stacked, unstackable
-from gcl.training.train import run_seed, setup_seed
+from gcl.training.stacking import unstackable
+from gcl.training.train import run_seed, setup_seed, train_stacked
 from helpers import run_settings, sequential_settings, synthetic_source
 from test_stacked import close, stack_independent_kernels
-from test_stacked_train import _Quiet, final_state, float64, relative_close  # noqa: F401 (a fixture)
+from test_stacking import _Quiet, final_state, float64, relative_close  # noqa: F401 (a fixture)
 
 CPU = torch.device("cpu")
 SEEDS = [0, 1, 2]
@@ -113,7 +113,7 @@ def test_stacked_resnet_seeds_train_exactly_as_each_seed_alone(tiny_cifar_like, 
 def test_a_stacked_resnet_seeds_final_state_is_its_lone_state(tiny_cifar_like, monkeypatch, key):
     """Weights, BatchNorm estimates, CoCa's heads and CLS-ER's memories, copied back to each seed's own network and
     method, equal those of its lone run."""
-    import gcl.training.stacked_train as module
+    import gcl.training.stacking as module
     bench, cfg = tiny_cifar_like
     kept, original = {}, module.setup_seed
 
@@ -158,7 +158,7 @@ def test_seedwise_augmentation_draws_each_seeds_own_crops():
 
 
 def test_auto_stacks_the_mlp_and_the_resnet_only_when_asked():
-    from gcl.training.stacked_train import stacks
+    from gcl.training.stacking import stacks
     resnet = sequential_settings(backbone="resnet18").training()
     assert not stacks(resnet, RUNS["er"], 3)                                   # auto: slower on a CPU
     assert stacks(resnet.model_copy(update={"stack": True}), RUNS["er"], 3)

@@ -10,12 +10,12 @@ from gcl.core.results import TIMINGS
 from gcl.methods import METHODS
 from gcl.training.checkpoint import Checkpoint
 from gcl.training.progress import Progress
-from gcl.training.stacked_train import train_stacked
+from gcl.training.train import train_stacked
 from test_checkpoint import Stopped, stop_at
 from test_stacked_resnet import RUNS as RESNET_RUNS
 from test_stacked_resnet import tiny_cifar_like  # noqa: F401 (a fixture)
-from test_stacked_train import RUNS as MLP_RUNS
-from test_stacked_train import float64  # noqa: F401 (a fixture)
+from test_stacking import RUNS as MLP_RUNS
+from test_stacking import float64  # noqa: F401 (a fixture)
 
 CPU = torch.device("cpu")
 SEEDS = [0, 1, 2]

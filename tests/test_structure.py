@@ -18,6 +18,11 @@ LAYERS = {
     "rerender": {"core", "report", "config"},      # the command that renders a committed reproduction again
     "warm": {"core"},
     "cluster": {"core"},     # submits train@ cells as jobs and gathers them through dvc: it imports no pipeline code
+    # the commands a user runs beside the pipeline (no stage imports them)
+    "tune": {"core", "data", "methods", "training", "config"},       # validation grids, through the train code
+    "dryrun": {"core", "data", "report", "config"},     # a profile cut for the CPU, run through `dvc repro`
+    "snapshot": {"core", "report"},                     # a workspace's finished runs into a reproduction folder
+    "bench": {"core", "data", "methods", "training", "config"},      # timings of the train code on random images
 }
 
 

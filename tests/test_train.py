@@ -203,8 +203,8 @@ def test_the_final_confusion_matrix_is_the_final_models_and_costs_no_extra_pass(
     passes, original = [], train.Evaluator.__call__
     monkeypatch.setattr(train.Evaluator, "__call__", lambda self, predict: (passes.append(1), original(self, predict))[1])
     s = train.setup_seed(bench, settings.training(), cfg, 0, CPU)
-    scores = s.loop.run(train.StreamProgress(train.Progress(method), s.stream, True, 1, 0))
-    result = train.seed_result(s, scores, bench, settings.training(), CPU)
+    [scores] = s.loop.run(train.StreamProgress(train.Progress(method), s.stream, True, 1, 0))
+    result = train.seed_result(s, s.loop.records[0], scores, bench, settings.training(), CPU)
     s.net.eval()
     assert result.confusion == s.evaluate.confusion(s.method.predict)
     assert sum(map(sum, result.confusion)) == len(bench["test_y"])
@@ -220,7 +220,8 @@ def test_a_stale_evaluation_never_gives_the_final_confusion_matrix():
     settings = sequential_settings(epochs=1, augment=False)
     bench = sequential.build_benchmark(synthetic_source(per_class=20), settings.data())
     s = train.setup_seed(bench, settings.training(), run_settings("sgd", lr=0.1, batch=10), 0, CPU)
+    [record] = s.loop.records
     s.loop.evaluate_now(of_final_model=True)
-    assert s.loop.final_confusion is not None
+    assert record.final_confusion is not None
     s.loop.evaluate_now()
-    assert s.loop.final_confusion is None
+    assert record.final_confusion is None

@@ -1,39 +1,24 @@
-"""tools/tune.py: a grid over a run's settings, scored on a held-out validation split."""
+"""gcl.tune (python -m gcl.tune): a grid over a run's settings, scored on a held-out validation split."""
 from __future__ import annotations
-
-import importlib.util
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 
+from gcl import tune
 from gcl.core.atomic import save_tensors
 from image_fixtures import labelled_source as source
 from image_fixtures import write_er_params
 
-TUNE = Path(__file__).resolve().parents[1] / "tools" / "tune.py"
 
-
-@pytest.fixture
-def tune():
-    spec = importlib.util.spec_from_file_location("tune_under_test", TUNE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # worker processes pickle its functions by module name
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
-
-
-def test_grid_items_parse_as_yaml_scalars(tune):
+def test_grid_items_parse_as_yaml_scalars():
     assert tune.parse_grid(["lr=0.1,0.2", "scl=true,false", "pretext=paper"]) == {
         "lr": [0.1, 0.2], "scl": [True, False], "pretext": ["paper"]}
     with pytest.raises(SystemExit, match="key=value"):
         tune.parse_grid(["lr"])
 
 
-def test_every_point_and_seed_is_scored_on_the_validation_split(tune, tmp_path, monkeypatch, capsys):
+def test_every_point_and_seed_is_scored_on_the_validation_split(tmp_path, monkeypatch, capsys):
     write_er_params(tmp_path)
     save_tensors(tmp_path / "data" / "raw" / "mnist-bundled" / "data.pt", source(per_class=10))
     monkeypatch.chdir(tmp_path)
@@ -55,7 +40,7 @@ def test_every_point_and_seed_is_scored_on_the_validation_split(tune, tmp_path, 
     torch.set_num_threads(1)
 
 
-def test_a_grid_with_out_resumes_from_the_scores_it_kept_and_retrains_stale_ones(tune, tmp_path, monkeypatch, capsys):
+def test_a_grid_with_out_resumes_from_the_scores_it_kept_and_retrains_stale_ones(tmp_path, monkeypatch, capsys):
     """Each score is written as it finishes; a later call reuses those whose settings and code are unchanged (a score
     edited in the file shows which were reused: training would give the measured one back)."""
     import yaml
@@ -81,7 +66,7 @@ def test_a_grid_with_out_resumes_from_the_scores_it_kept_and_retrains_stale_ones
         tune.main(["seq-er-50", "--grid", "lr=0.1", "--seeds", "0", "--metric", "task_il", "--out", str(out)])
 
 
-def test_two_narrower_grids_merge_into_one_out_file(tune, tmp_path, monkeypatch):
+def test_two_narrower_grids_merge_into_one_out_file(tmp_path, monkeypatch):
     """A grid of 4 rows, then a narrower grid on the same file: the rows of the other points stay; a third grid adds
     a new point beside them. No grid erases another's scores."""
     write_er_params(tmp_path)
@@ -107,7 +92,7 @@ class Stopped(Exception):
     """Stands in for a killed worker."""
 
 
-def test_a_seed_stopped_mid_stream_resumes_from_its_checkpoint_to_the_same_score(tune, tmp_path, monkeypatch, capfd):
+def test_a_seed_stopped_mid_stream_resumes_from_its_checkpoint_to_the_same_score(tmp_path, monkeypatch, capfd):
     """The grid stops while a seed trains (after its first task's checkpoint); the next call resumes that seed from
     the checkpoint beside --out and scores what an uninterrupted grid scores; the checkpoint then goes."""
     from gcl.methods import METHODS

@@ -3,13 +3,13 @@
 #
 #   bash tools/gpucheck.sh [OUT]          # OUT (default gpucheck/) receives one log per check and summary.txt
 #
-# 1. compilecheck, fp32 and bf16: ER, DER++, CoCa and CLS-ER trained eager and compiled (CUDA graphs) side by side
-#    on seq-cifar10's real stream with deterministic kernels: the same losses to rounding; then with CUDA's usual
-#    kernels, fp32: the speed-up training sees.
+# 1. The compile check, fp32 and bf16 (tests/test_compile.py's GPU tests): ER, DER++, CoCa and CLS-ER trained eager
+#    and compiled (CUDA graphs) side by side on seq-cifar10's real stream with deterministic kernels: the same losses
+#    to rounding; then `python -m gcl.bench compile` with CUDA's usual kernels, fp32: the speed-up training sees.
 # 2. One MNIST-360 seed at full MNIST's size, compiled, with dynamo's recompilations logged (TORCH_LOGS=recompiles):
 #    a stream of many batch sizes must compile a handful of graphs, not one per size.
-# 3. gridcost with several processes sharing the GPU under NVIDIA's MPS (started if it is installed): what the
-#    paper grid costs on this card.
+# 3. `python -m gcl.bench grid` with several processes sharing the GPU under NVIDIA's MPS (started if it is
+#    installed): what the paper grid costs on this card.
 # 4. Seeds stacked on the ResNet-18 (grouped convolutions, eager) against the same seeds alone, 5 seeds of ER, DER++,
 #    CoCa and CLS-ER on seq-cifar10's shapes: ms per seed-step of each, what `stack: true` gains on this card.
 # 5. The dry run of one image cell on the GPU at full width, bf16 and compiled, through `dvc repro`.
@@ -18,8 +18,9 @@
 #    the paper's length (50 epochs), 1 seed, through `dvc repro` of profiles/cifar10-folder.yaml in a workspace of its
 #    own ($OUT/folder-cifar10: its results/tables.md puts the paper's numbers beside them). Say which copy it was.
 #
-# Needs the project installed (pip install -e .) and an NVIDIA GPU; each check has a time limit, and the exit
-# status is the number of checks that failed. Every figure it prints belongs to the card named in summary.txt.
+# Needs the project installed (pip install -e '.[test]': pytest runs check 1) and an NVIDIA GPU; each check has a time
+# limit, and the exit status is the number of checks that failed. Every figure it prints belongs to the card named in
+# summary.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-gpucheck}
@@ -45,18 +46,18 @@ check() {   # check NAME LIMIT_SECONDS COMMAND...: run it, log it, say how it en
 } > "$out/summary.txt"
 cat "$out/summary.txt"
 
-check compilecheck-fp32 900 python tools/compilecheck.py --benchmarks seq-cifar10 --methods er,derpp,coca,clser --device cuda
-check compilecheck-bf16 900 python tools/compilecheck.py --benchmarks seq-cifar10 --methods er,derpp,coca,clser --device cuda --bf16
-check compilecheck-speed 900 python tools/compilecheck.py --benchmarks seq-cifar10 --methods er,derpp,coca,clser --device cuda \
-    --kernels fast
-check mnist360-recompiles 900 env TORCH_LOGS=recompiles python tools/dryrun.py profiles/paper.yaml \
+# a process of its own: cuBLAS reads its deterministic workspace setting at its first use
+check compile-equal-fp32 900 python -m pytest -q -m "" -p no:cacheprovider tests/test_compile.py -k "on_the_gpu and fp32"
+check compile-equal-bf16 900 python -m pytest -q -m "" -p no:cacheprovider tests/test_compile.py -k "on_the_gpu and bf16"
+check compile-speed 900 python -m gcl.bench compile --benchmarks seq-cifar10 --methods er,derpp,coca,clser --device cuda
+check mnist360-recompiles 900 env TORCH_LOGS=recompiles python -m gcl.dryrun profiles/paper.yaml \
     --runs mnist-360-clser-200 --scale 1 --device cuda --compile true --workspace "$out/dry-mnist360" --fresh
-nvidia-cuda-mps-control -d > /dev/null 2>&1 || true   # gridcost's processes share the GPU better under MPS
-check gridcost-4-processes 900 python tools/gridcost.py --benchmarks seq-cifar10 --methods er,derpp,coca --processes 4 \
+nvidia-cuda-mps-control -d > /dev/null 2>&1 || true   # the grid's processes share the GPU better under MPS
+check grid-4-processes 900 python -m gcl.bench grid --benchmarks seq-cifar10 --methods er,derpp,coca --processes 4 \
     --device cuda --steps 100
-check stacked-resnet 900 python tools/speed.py --stacked 5 --backbone resnet18 --device cuda --per-class 200 \
+check stacked-resnet 900 python -m gcl.bench steps --stacked 5 --backbone resnet18 --device cuda --per-class 200 \
     --methods er,derpp,coca,clser
-check dryrun-image-cell 900 python tools/dryrun.py profiles/paper.yaml --runs seq-cifar10-coca-200 --device cuda --bf16 \
+check dryrun-image-cell 900 python -m gcl.dryrun profiles/paper.yaml --runs seq-cifar10-coca-200 --device cuda --bf16 \
     --width 64 --pooled-size 64 --workspace "$out/dry-image" --fresh
 if [ -n "${GCL_CIFAR10_FOLDER:-}" ]; then
     ws=$(realpath -m "$out/folder-cifar10")

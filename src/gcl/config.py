@@ -336,7 +336,7 @@ def resolve_run(params: dict, key: str, top: TopLevel | None = None) -> Resolved
     settings = cls.Run.model_validate({**block.model_dump(exclude=set(overrides) | {"seeds"}), "algorithm": cls.name})
     top = top or check_top(params)
     if training.stack is True:
-        from gcl.training.stacked_train import unstackable
+        from gcl.training.stacking import unstackable
         why = unstackable(training, settings, top.device)     # the device: compile: auto compiles on a GPU
         if why is not None:
             raise ParamsError(f"{where}: stack is true, but its seeds cannot train stacked: {why}; set stack: auto "

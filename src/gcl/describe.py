@@ -44,6 +44,8 @@ def method_notes(cls) -> list[str]:
         notes.append("needs task boundaries: refused on benchmarks without tasks (MNIST-360)")
     if cls.offline:
         notes.append("offline: keeps the stream and trains once it is over")
+    notes.append(f"seeds train alone: {cls.trains_alone}" if cls.trains_alone else
+                 "a run's seeds may train stacked (`stack`)")
     return notes
 
 

@@ -200,7 +200,7 @@ def build_backbone(name: str, input_shape: tuple[int, ...], n_classes: int, chan
                    width: int | None = None, input_size: int | None = None, head: str = "linear",
                    head_scale: float = 10.0) -> Backbone:
     """Backbone `name` for inputs of `input_shape`. `width` (None: the architecture's own) and `input_size` (None: the
-    images as they are) shrink the network's cost while keeping its architecture, for dry runs (tools/dryrun.py): a
+    images as they are) shrink the network's cost while keeping its architecture, for dry runs (gcl.dryrun): a
     ResNet-18 step on 32x32 images costs seconds on a CPU at full width and still tens of milliseconds at width 1.
     `head`: the classifier, "linear" (nn.Linear with bias) or "cosine" (CosineClassifier with `head_scale`); the
     body's initial weights are the same either way (the cosine head is drawn after them)."""

@@ -50,7 +50,7 @@ def seed_devices(device: torch.device, seeds: int) -> list[torch.device]:
 
 # What one training process may take on a GPU: its CUDA context, the benchmark's pool (Tiny ImageNet's 100,000
 # 64x64 images are 1.2 GB), the buffer and a ResNet-18's activations at batch 64 with room to spare
-# (tools/gridcost.py reports each cell's peak).
+# (`python -m gcl.bench grid` reports each cell's peak).
 PROCESS_GPU_GIB = 4.0
 
 

@@ -53,7 +53,7 @@ class StackedLinear(nn.Module):
 
     The weight keeps nn.Linear's layout and the product reads it transposed. Stored as (S, in, out) it ran 20%
     faster forward and backward here, but then a seed's float32 numbers changed with the other seeds of its stack
-    (tests/test_stacked_train.py), and so with `workers`; in this layout they do not (measured on this CPU)."""
+    (tests/test_stacking.py), and so with `workers`; in this layout they do not (measured on this CPU)."""
 
     def __init__(self, layers: list[nn.Linear]):
         super().__init__()

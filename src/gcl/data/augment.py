@@ -78,7 +78,7 @@ class TrainAugment:
 
 class SeedwiseTransform:
     """A training transform applied to S seeds' batches at once, (S, B, ...) -> (S, B, ...), for seeds trained
-    stacked (gcl.training.stacked_train). A TrainAugment draws each seed's crops and flips from that seed's own
+    stacked (gcl.training.stacking). A TrainAugment draws each seed's crops and flips from that seed's own
     generator (on the batch's device), the draws a lone seed makes from the global generator in the same order,
     so that each seed's images are augmented exactly as they would be alone; other transforms draw nothing."""
 

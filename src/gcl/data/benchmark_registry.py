@@ -110,17 +110,17 @@ class BenchmarkSettings(Settings):
                                               "held out and evaluated instead of the test set (tuning only)")
     width: int | None = training_setting(
         None, gt=0, description="the backbone's width: the ResNet's first-stage channels (64) or the MLP's hidden "
-        "units (100); none: the architecture's own. Narrower only for dry runs (tools/dryrun.py): it changes every "
+        "units (100); none: the architecture's own. Narrower only for dry runs (gcl.dryrun): it changes every "
         "number")
     input_size: int | None = training_setting(
         None, gt=0, description="average-pool the network's input to this side (none: the images as they are). Only "
-        "for dry runs (tools/dryrun.py), to cut a step's cost on images of the real shape")
+        "for dry runs (gcl.dryrun), to cut a step's cost on images of the real shape")
     bf16: bool = training_setting(False, description="bf16 autocast in training and evaluation (for GPUs; a CPU runs "
                                   "it too, slowly, as the dry run's --bf16 does)")
     channels_last: bool = training_setting(False, description="channels_last memory format for convolutions (CUDA "
                                            "option)")
     stack: bool | Literal["auto"] = training_setting(
-        "auto", description="train a run's seeds as one stacked network (gcl.training.stacked_train), one step for all "
+        "auto", description="train a run's seeds as one stacked network (gcl.training.stacking), one step for all "
         "of them; auto: where the method's step stacks and stacking pays, the MLP (docs/performance.md); true: the "
         "ResNet-18 too. In float32 a stacked seed rounds differently from a lone one (equal in distribution); false: "
         "each seed alone")
@@ -156,7 +156,7 @@ class BenchmarkSettings(Settings):
     def batch_sizes(class_counts: list[int], data: DataSettings, epochs: int, batch: int) -> list[int]:
         """The size of every batch of the stream `stream` builds, in order, from the source's training images per
         class alone (no pixels, no generator: the sizes do not depend on the draw), by the same code. What the dry
-        run keeps when it cuts a source's images (tools/dryrun.py)."""
+        run keeps when it cuts a source's images (gcl.dryrun)."""
         raise NotImplementedError
 
     @staticmethod

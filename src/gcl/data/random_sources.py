@@ -1,4 +1,4 @@
-"""Random images in a real source's exact shape: the data of dry runs (tools/dryrun.py) and timing scripts.
+"""Random images in a real source's exact shape: the data of dry runs (gcl.dryrun) and benchmarks (gcl.bench).
 
 `random-<source>` (random-mnist, random-cifar10, random-cifar100, random-tinyimagenet) is a source with the
 real source's classes, training images per class (MNIST's uneven counts included), image shape and
@@ -120,7 +120,7 @@ def random_source(shape: SourceShape, train_per_class: int | list[int] | None = 
 
 class RandomSourceSettings(Settings):
     train_per_class: list[int] | None = Field(None, description="training images of each class (none: the real "
-                                              "source's counts; tools/dryrun.py cuts them keeping each task's "
+                                              "source's counts; gcl.dryrun cuts them keeping each task's "
                                               "remainder modulo the batch sizes)")
     test_per_class: int | None = Field(None, gt=0, description="evaluation images per class (none: the real "
                                        "source's count); fewer only make evaluations faster")

@@ -72,7 +72,8 @@ class ESMERSettings(ReplaySettings):
 
 @register
 class ESMER(Method):
-    trains_alone = "its step is not yet written over the seed axis (gcl.core.seeds)"
+    trains_alone = ("each seed keeps its own number of stream samples (those its memory finds easy), which the stacked "
+                    "buffer, one count for all seeds, does not hold")
     name = "esmer"
     label = "ESMER"
     paper_row = "-"

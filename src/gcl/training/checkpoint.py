@@ -1,8 +1,9 @@
-"""Checkpoints inside a seed: everything a stopped seed needs to go on as if it had never stopped.
+"""Checkpoints inside a training job (one seed, or a group of stacked seeds): everything a stopped job needs to go on
+as if it had never stopped.
 
 A checkpoint holds the method's state (network, buffer, cross-task attributes), the training loop's
-position and bookkeeping (step, evaluation rows, loss sums) and every random state the seed draws from
-(the run's generator, Python, NumPy, torch CPU and CUDA). It is written atomically at task ends and at
+position and bookkeeping (step, each seed's evaluation rows, loss sums) and every random state the job draws from
+(each seed's own generators, Python, NumPy, torch CPU and CUDA). It is written atomically at task ends and at
 least every `checkpoint_minutes`, and carries the fingerprint of the seed's settings, data and code: a
 checkpoint with another fingerprint is refused (named, and deleted) and the seed starts afresh.
 """
@@ -21,11 +22,11 @@ import torch
 from gcl.core.atomic import save_tensors
 
 
-def rng_states(generator: torch.Generator, device: torch.device) -> dict:
-    """Every random state a seed draws from, as tensors and plain values (loadable with weights_only)."""
+def global_rng_states(device: torch.device) -> dict:
+    """The process's random states (Python, NumPy, torch's CPU and CUDA generators), as tensors and plain values
+    (loadable with weights_only); a group's own generators are saved beside them (gcl.training.loop)."""
     name, keys, pos, has_gauss, cached = np.random.get_state()
     return {
-        "run": generator.get_state(),
         "python": random.getstate(),
         "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
         "torch": torch.get_rng_state(),
@@ -33,8 +34,7 @@ def rng_states(generator: torch.Generator, device: torch.device) -> dict:
     }
 
 
-def restore_rng_states(states: dict, generator: torch.Generator, device: torch.device) -> None:
-    generator.set_state(states["run"])
+def restore_global_rng_states(states: dict, device: torch.device) -> None:
     version, internal, gauss = states["python"]
     random.setstate((version, tuple(internal), gauss))
     name, keys, pos, has_gauss, cached = states["numpy"]
@@ -48,8 +48,8 @@ def restore_rng_states(states: dict, generator: torch.Generator, device: torch.d
 
 @dataclass
 class Checkpoint:
-    """One seed's checkpoint file (`owner` "group": a stacked group's). Picklable, so that a worker process can be
-    handed it."""
+    """One training job's checkpoint file (`owner`: "seed", or "group" for stacked seeds). Picklable, so that a
+    worker process can be handed it."""
 
     path: Path
     fingerprint: str

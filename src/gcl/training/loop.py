@@ -1,18 +1,23 @@
-"""The stream loop of one seed: feeding the stream batch by batch, telling boundaries to the methods that need
-them, evaluating at segment and task ends, checking that training stays finite, and its checkpoints."""
+"""The stream loop of a group of seeds of one run: one seed alone, or several stacked (one network and one step for
+all of them, gcl.core.seeds). It feeds each seed's stream batch by batch, tells task boundaries to the methods that
+need them, evaluates every seed at segment and task ends with its own evaluator, checks that training stays finite,
+and saves and restores the group's checkpoints. A seed's numbers do not depend on whether it trains alone or in a
+group beyond the kernels' rounding (float64: equal to 1e-9, tests/test_stacking.py)."""
 from __future__ import annotations
 
 import contextlib
 import functools
 import time
+from dataclasses import dataclass, field
 
 import torch
 
 from gcl.core.backbones import begin_step
 from gcl.core.errors import UserError
+from gcl.data.stream import Stream
 from gcl.methods.base import Method, TaskData
-from gcl.training.checkpoint import Checkpoint, restore_rng_states, rng_states
-from gcl.training.evaluate import Evaluator, summarise
+from gcl.training.checkpoint import Checkpoint, global_rng_states, restore_global_rng_states
+from gcl.training.evaluate import summarise
 from gcl.training.progress import StreamProgress
 
 
@@ -61,93 +66,149 @@ def last_accuracy(rows: list[dict], has_tasks: bool) -> float | None:
     return sum(seen) / len(seen)
 
 
-class StreamLoop:
-    """Feeds the stream batch by batch, evaluating at segment/task ends; boundaries reach only methods that
-    declare they need them, and only on benchmarks that have tasks. Its position and bookkeeping, with the
-    method's state and the random states, make a checkpoint (`state` / `restore`)."""
+@dataclass
+class SeedRecord:
+    """What the loop records of one seed: its evaluation rows and loss curve, its evaluation seconds, and the
+    confusion matrix of an evaluation of its final model (the last step's, unless `finish` changes the model after
+    it), which the seed's result takes instead of another pass over the evaluation set."""
 
-    def __init__(self, method, stream, train_transform, evaluate: Evaluator, has_tasks: bool,
-                 device: torch.device, amp=contextlib.nullcontext, checkpoint_at_task_ends: bool = True):
-        self.method, self.stream, self.train_transform = method, stream, train_transform
-        self.evaluate, self.has_tasks, self.device, self.amp = evaluate, has_tasks, device, amp
-        self.checkpoint_at_task_ends = checkpoint_at_task_ends
+    rows: list[dict] = field(default_factory=list)
+    loss_curve: list[float] = field(default_factory=list)
+    eval_seconds: float = 0.0
+    final_confusion: list[list[int]] | None = None
+
+
+class GroupPool:
+    """A group's training images and labels on the device: one copy where every seed's stream holds the same pool (a
+    sequential benchmark's: each seed only orders it its own way, and a lone seed's), else each seed's own pool,
+    stacked (MNIST-360's, rotated by each seed's draws). So a group on Tiny ImageNet holds its 1.2 GB once."""
+
+    def __init__(self, streams: list[Stream], device: torch.device):
+        first = streams[0]
+        self.shared = all(st.images is first.images and st.labels is first.labels for st in streams)
+        if self.shared:
+            self.images, self.labels = first.images.to(device), first.labels.to(device)
+        else:
+            self.images = torch.stack([st.images for st in streams]).to(device)       # (S, pool, ...)
+            self.labels = torch.stack([st.labels for st in streams]).to(device)
+            self.rows = torch.arange(len(streams), device=device).unsqueeze(1)
+
+    def batch(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The images and labels at pool indices `idx`: (B,) alone, each seed's (S, B) stacked."""
+        if self.shared:
+            return self.images[idx], self.labels[idx]
+        return self.images[self.rows, idx], self.labels[self.rows, idx]
+
+
+class StreamLoop:
+    """Feeds a group's streams batch by batch to `method` (a lone seed's own method, or the group's stacked one),
+    evaluating at segment/task ends; boundaries reach only methods that declare they need them, and only on
+    benchmarks that have tasks (such methods train alone). `setups` are the seeds' own (gcl.training.train.SeedSetup:
+    stream, evaluator, lone method); `transform` is the training transform of a batch, and `augment_generators` the
+    stacked seeds' augmentation generators (gcl.data.augment.SeedwiseTransform; none alone, where augmentation draws
+    from the global generator). Its position and records, with the method's state and every random state, make a
+    checkpoint (`state` / `restore`)."""
+
+    def __init__(self, setups: list, method: Method, transform, has_tasks: bool, device: torch.device,
+                 amp=contextlib.nullcontext, augment_generators: list[torch.Generator] | None = None):
+        self.setups, self.method, self.train_transform = setups, method, transform
+        self.has_tasks, self.device, self.amp = has_tasks, device, amp
+        self.augment_generators = augment_generators or []
+        self.stacked = method.seeds.stacked
+        self.stream = setups[0].stream      # every seed's stream has the same batches, evaluations and task ends
+        self.checkpoint_at_task_ends = setups[0].schedule.checkpoint_at_task_ends
         self.tell_boundaries = method.needs_boundaries and has_tasks
         self.step = 0          # the next step to run
         self.task = 0
-        self.rows, self.loss_curve = [], []
-        self.loss_sum, self.loss_steps = torch.zeros((), device=device), 0
-        # the first step whose loss was not finite (-1: none), kept on the device and read at evaluations only
-        self.first_bad = torch.full((), -1, dtype=torch.long, device=device)
-        self.seconds = 0.0     # training time of earlier attempts (a resumed seed)
-        self.eval_seconds = 0.0   # evaluation time, this attempt's and earlier ones'
-        # the confusion matrix of an evaluation of the final model (the last step's, unless `finish` changes the
-        # model after it): the seed's result takes it instead of another pass over the evaluation set
-        self.final_confusion: list[list[int]] | None = None
+        self.records = [SeedRecord() for _ in setups]
+        shape = (len(setups),) if self.stacked else ()
+        self.loss_sum, self.loss_steps = torch.zeros(shape, device=device), 0
+        # each seed's first step whose loss was not finite (-1: none), kept on the device, read at evaluations only
+        self.first_bad = torch.full(shape, -1, dtype=torch.long, device=device)
+        self.seconds = 0.0     # training time of earlier attempts (a resumed group)
 
-    # the stream's images and labels on the device, copied when the loop first uses them: a stacked group
-    # (gcl.training.stacked_train) never runs its seeds' loops, and keeps one copy for all of them
+    # the streams' images and labels on the device, copied when the loop first uses them
     @functools.cached_property
-    def pool(self) -> torch.Tensor:
-        return self.stream.images.to(self.device)
-
-    @functools.cached_property
-    def labels(self) -> torch.Tensor:
-        return self.stream.labels.to(self.device)
+    def pool(self) -> GroupPool:
+        return GroupPool([s.stream for s in self.setups], self.device)
 
     # -------------------------------------------------------------- checkpoints
 
     def state(self, seconds: float) -> dict:
         """What a checkpoint holds; `seconds`: the training time of this and earlier attempts."""
-        return {"loop": {"step": self.step, "task": self.task, "rows": self.rows, "loss_curve": self.loss_curve,
-                         "loss_sum": self.loss_sum.cpu(), "loss_steps": self.loss_steps,
-                         "first_bad": self.first_bad.cpu(), "seconds": seconds, "eval_seconds": self.eval_seconds},
+        records = [{"rows": r.rows, "loss_curve": r.loss_curve, "eval_seconds": r.eval_seconds} for r in self.records]
+        return {"loop": {"step": self.step, "task": self.task, "seeds": records, "loss_sum": self.loss_sum.cpu(),
+                         "loss_steps": self.loss_steps, "first_bad": self.first_bad.cpu(), "seconds": seconds},
                 "method": self.method.state_dict(),
-                "rng": rng_states(self.method.ctx.generator, self.device)}
+                "rng": {"global": global_rng_states(self.device),
+                        "runs": [g.get_state() for g in self.method.seeds.generators],
+                        "augment": [g.get_state() for g in self.augment_generators]}}
 
     def restore(self, saved: dict) -> None:
-        loop = saved["loop"]
-        self.step, self.task, self.loss_steps, self.seconds = loop["step"], loop["task"], loop["loss_steps"], loop["seconds"]
-        self.eval_seconds = loop["eval_seconds"]
-        self.rows, self.loss_curve = loop["rows"], loop["loss_curve"]
-        self.loss_sum = loop["loss_sum"].to(self.device)
+        loop, rng = saved["loop"], saved["rng"]
+        if len(loop["seeds"]) != len(self.records):
+            raise ValueError(f"a checkpoint of {len(loop['seeds'])} seeds does not fit a group of {len(self.records)}")
+        self.step, self.task, self.seconds = loop["step"], loop["task"], loop["seconds"]
+        self.loss_sum, self.loss_steps = loop["loss_sum"].to(self.device), loop["loss_steps"]
         self.first_bad = loop["first_bad"].to(self.device)
+        self.records = [SeedRecord(r["rows"], r["loss_curve"], r["eval_seconds"]) for r in loop["seeds"]]
         self.method.load_state_dict(saved["method"])
-        restore_rng_states(saved["rng"], self.method.ctx.generator, self.device)
+        restore_global_rng_states(rng["global"], self.device)
+        for g, state in zip([*self.method.seeds.generators, *self.augment_generators], [*rng["runs"], *rng["augment"]]):
+            g.set_state(state)
 
     # -------------------------------------------------------------- the loop
 
     def task_data(self, t: int) -> TaskData:
+        """A lone seed's task `t` (boundary-aware methods train alone)."""
         idx = self.stream.task_pool(t).to(self.device)
-        return TaskData(index=t, x_raw=self.pool[idx], y=self.labels[idx], classes=self.stream.task_classes[t])
+        x_raw, y = self.pool.batch(idx)
+        return TaskData(index=t, x_raw=x_raw, y=y, classes=self.stream.task_classes[t])
+
+    def _who(self, bad: list[int]) -> str:
+        """The seeds named in a group's divergence (a lone seed's caller names it)."""
+        return f"seed(s) {[self.setups[s].seed for s in bad]}: " if self.stacked else ""
 
     def check_finite(self, step: int) -> None:
         steps = self.stream.steps
-        bad = int(self.first_bad)
-        if bad >= 0:
-            raise DivergenceError(f"the loss became non-finite (NaN or inf) at step {bad} of {steps}: the "
-                                  "learning rate or a loss weight is probably too high")
-        # one host synchronisation for every parameter together (CN-DPM has none before its first expert)
-        finite = [torch.isfinite(p).all() for p in self.method.params]
-        if finite and not bool(torch.stack(finite).all()):
-            raise DivergenceError(f"the network's parameters are no longer finite after step {step} of {steps}: "
-                                  "the learning rate or a loss weight is probably too high")
+        firsts = self.first_bad.reshape(-1).tolist()      # one host synchronisation for the whole group
+        bad = [s for s, first in enumerate(firsts) if first >= 0]
+        if bad:
+            raise DivergenceError(f"{self._who(bad)}the loss became non-finite (NaN or inf) at step "
+                                  f"{firsts[bad[0]]} of {steps}: the learning rate or a loss weight is probably too high")
+        # every parameter together, each seed's apart (CN-DPM has none before its first expert)
+        finite = [torch.isfinite(p.flatten(1)).all(1) if self.stacked else torch.isfinite(p).all()
+                  for p in self.method.params]
+        if finite:
+            ok = torch.stack(finite).all(0).reshape(-1).tolist()
+            bad = [s for s, fine in enumerate(ok) if not fine]
+            if bad:
+                raise DivergenceError(f"{self._who(bad)}the network's parameters are no longer finite after step "
+                                      f"{step} of {steps}: the learning rate or a loss weight is probably too high")
 
     def evaluate_now(self, of_final_model: bool = False) -> None:
-        """An evaluation row; `of_final_model`: nothing changes the model after it (its confusion matrix is the
-        seed's)."""
-        started = time.perf_counter()
-        net = self.method.net
-        net.eval()
-        with self.amp():
-            self.rows.append(self.evaluate(self.method.predict))
-        net.train()
-        self.final_confusion = self.evaluate.last_confusion if of_final_model else None
-        self.eval_seconds += time.perf_counter() - started
+        """An evaluation row of every seed, each by its own evaluator through its own method (a stacked seed's state
+        copied back into it first); `of_final_model`: nothing changes the model after it (its confusion matrix is
+        the seed's)."""
+        for s, (setup, record) in enumerate(zip(self.setups, self.records)):
+            started = time.perf_counter()
+            lone = setup.method
+            if lone is not self.method:
+                self.method.unstack(s, lone)
+            lone.net.eval()
+            with self.amp():
+                record.rows.append(setup.evaluate(lone.predict))
+            lone.net.train()
+            record.final_confusion = setup.evaluate.last_confusion if of_final_model else None
+            record.eval_seconds += time.perf_counter() - started
 
-    def run(self, progress: StreamProgress, checkpoint: Checkpoint | None = None) -> dict:
-        """Every remaining step; returns the scores of gcl.training.evaluate.summarise."""
-        method, stream, amp = self.method, self.stream, self.amp
-        order, bounds = stream.order.to(self.device), stream.bounds
+    def run(self, progress: StreamProgress | list[StreamProgress], checkpoint: Checkpoint | None = None) -> list[dict]:
+        """Every remaining step; each seed's scores (gcl.training.evaluate.summarise). `progress`: each seed's
+        progress lines (one, alone), reported at each task end, at the end and at least every minute."""
+        lines = progress if isinstance(progress, list) else [progress]
+        method, stream, amp, pool = self.method, self.stream, self.amp, self.pool
+        orders = torch.stack([s.stream.order for s in self.setups]) if self.stacked else stream.order
+        orders, bounds = orders.to(self.device), stream.bounds
         eval_after, task_ends = set(stream.eval_after), stream.task_ends
         timer = Timer(self.device)
         method.net.train()
@@ -159,8 +220,7 @@ class StreamLoop:
                 with amp():
                     method.begin_task(current)
         for step in range(self.step, stream.steps):
-            idx = order[bounds[step]:bounds[step + 1]]
-            x_raw, y = self.pool[idx], self.labels[idx]
+            x_raw, y = pool.batch(orders[..., bounds[step]:bounds[step + 1]])
             begin_step(method.net, eager=step < EAGER_STEPS)
             with amp():
                 loss = method.observe(self.train_transform(x_raw), y, x_raw)
@@ -177,19 +237,19 @@ class StreamLoop:
                         current = self.task_data(self.task)
                         with amp():
                             method.begin_task(current)
-            evaluated = step in eval_after
-            if evaluated:
+            if step in eval_after:
                 timer.stop()
                 self.check_finite(step)
-                self.loss_curve.append(float(self.loss_sum) / max(self.loss_steps, 1))
+                for record, total in zip(self.records, self.loss_sum.reshape(-1).tolist()):
+                    record.loss_curve.append(total / max(self.loss_steps, 1))
                 self.loss_sum.zero_()
                 self.loss_steps = 0
                 self.evaluate_now(of_final_model=step == stream.steps - 1 and not changes_at_finish(method))
                 timer.start()
             self.step = step + 1
-            # a line at each task end, at the end, and at least every minute (MNIST-360's segments are too many)
-            if task_ended or self.step == stream.steps or progress.due():
-                progress.report(step, last_accuracy(self.rows, self.has_tasks))
+            if task_ended or self.step == stream.steps or lines[0].due():
+                for line, record in zip(lines, self.records):
+                    line.report(step, last_accuracy(record.rows, self.has_tasks))
             if checkpoint is not None and self.step < stream.steps and \
                     checkpoint.due(task_ended and self.checkpoint_at_task_ends):
                 timer.stop()
@@ -199,7 +259,11 @@ class StreamLoop:
             method.finish()
         timer.stop()
         self.check_finite(stream.steps - 1)
-        if not self.rows:          # a stream without evaluation points (Schedule.evaluate_along) is scored once
+        if self.stacked:       # each seed's final state in its own method, which its result reads
+            for s, setup in enumerate(self.setups):
+                method.unstack(s, setup.method)
+        if not self.records[0].rows:    # a stream without evaluation points (Schedule.evaluate_along) is scored once
             self.evaluate_now(of_final_model=True)
-        return summarise(self.rows, self.loss_curve, self.has_tasks, stream.steps, stream.n_samples,
-                         self.seconds + timer.total, self.eval_seconds)
+        seconds = (self.seconds + timer.total) / len(self.records)          # each seed's share of the group's time
+        return [summarise(r.rows, r.loss_curve, self.has_tasks, stream.steps, stream.n_samples, seconds,
+                          r.eval_seconds) for r in self.records]

@@ -42,8 +42,8 @@ from gcl.training.compilation import compile_mode
 from gcl.training.loop import DivergenceError
 from gcl.training.progress import Progress
 from gcl.training.spec import ResolvedRun
-from gcl.training.stacked_train import stacks, train_stacked, unstackable
-from gcl.training.train import run_seed
+from gcl.training.stacking import stacks, unstackable
+from gcl.training.train import train_seeds
 
 FEATURE_SAMPLES = 1000   # evaluation images whose final features are kept (first seed) for t-SNE
 
@@ -71,29 +71,20 @@ def _worker_setup(spec: ResolvedRun, bench_path: str, digest: str, device: str, 
     return device, _loaded_benchmark(bench_path, digest, spec.data)
 
 
-def _train_seed(spec: ResolvedRun, bench_path: str, digest: str, seed: int, device: str, compiled: str | None,
-                feature_samples: int, threads: int, progress: Progress, checkpoint: Checkpoint) -> SeedResult:
-    """One seed, in a worker process or in this one: the same numbers either way (every RNG is seeded per seed).
-    `compiled`: the run's compile mode. A divergence names the run and the seed."""
+def _train_job(spec: ResolvedRun, bench_path: str, digest: str, seeds: list[int], stacked: bool, device: str,
+               compiled: str | None, feature_samples: dict[int, int], threads: int, progress: Progress,
+               checkpoint: Checkpoint) -> dict[int, SeedResult]:
+    """One job, in a worker process or in this one: a seed alone, or seeds trained stacked; the same numbers either
+    way (every RNG is seeded per seed). `compiled`: the run's compile mode; `feature_samples` per seed; `checkpoint`
+    the job's. A divergence names the run and the seed."""
     device, bench = _worker_setup(spec, bench_path, digest, device, threads)
+    if stacked:
+        progress.say(f"seeds {seeds} train stacked, as one network")
     try:
-        return run_seed(bench, spec.benchmark, spec.run, seed, device, feature_samples, progress, checkpoint,
-                        compiled)
+        return train_seeds(bench, spec.benchmark, spec.run, seeds, device, feature_samples, progress, checkpoint,
+                           compiled, stacked)
     except DivergenceError as exc:
-        raise DivergenceError(f"run {spec.key}, seed {seed}: {exc}") from None
-
-
-def _train_group(spec: ResolvedRun, bench_path: str, digest: str, seeds: list[int], device: str,
-                 feature_samples: dict[int, int], threads: int, progress: Progress,
-                 checkpoint: Checkpoint) -> dict[int, SeedResult]:
-    """Seeds trained stacked (gcl.training.stacked_train), in a worker process or in this one; `feature_samples`
-    per seed, `checkpoint` the group's. A divergence names the run and its seeds."""
-    device, bench = _worker_setup(spec, bench_path, digest, device, threads)
-    progress.say(f"seeds {seeds} train stacked, as one network")
-    try:
-        return train_stacked(bench, spec.benchmark, spec.run, seeds, device, feature_samples, progress, checkpoint)
-    except DivergenceError as exc:
-        raise DivergenceError(f"run {spec.key}: {exc}") from None
+        raise DivergenceError(f"run {spec.key}{'' if stacked else f', seed {seeds[0]}'}: {exc}") from None
 
 
 def groups_of(items: list, n: int) -> list[list]:
@@ -221,22 +212,18 @@ def _train_run(spec: ResolvedRun, workers: int | str, threads: int, checkpoint_m
     with executor as pool:
         submitted = []
         for job, dev in zip(jobs, devices):
-            if job[0] in stacked:
-                ckpt = group_checkpoint(progress, job, prints, checkpoint_minutes)
-                samples = {seed: todo[seed][1] if seed in todo else 0 for seed in job}
-                submitted.append((job, ckpt, pool.submit(_train_group, spec, bench_path, data_digest, job, str(dev),
-                                                         samples, threads, log, ckpt)))
-            else:
-                _, samples, ckpt = todo[job[0]]
-                submitted.append((job, None, pool.submit(_train_seed, spec, bench_path, data_digest, job[0], str(dev),
-                                                         compiled, samples, threads, log.for_seed(job[0]), ckpt)))
-        for job, group_ckpt, future in submitted:
-            results = future.result() if group_ckpt else {job[0]: future.result()}
+            together = job[0] in stacked
+            ckpt = group_checkpoint(progress, job, prints, checkpoint_minutes) if together else todo[job[0]][2]
+            samples = {seed: todo[seed][1] if seed in todo else 0 for seed in job}
+            submitted.append((job, ckpt, pool.submit(_train_job, spec, bench_path, data_digest, job, together, str(dev),
+                                                     None if together else compiled, samples, threads,
+                                                     log if together else log.for_seed(job[0]), ckpt)))
+        for job, ckpt, future in submitted:
+            results = future.result()
             for seed in job:
                 if seed in todo:        # a seed of a group finished before keeps its saved result
                     finished(seed, results[seed])
-            if group_ckpt:
-                group_ckpt.discard()
+            ckpt.discard()
     seeds = {s: seeds[s] for s in spec.seeds}
 
     stats = {m: mean_std([getattr(r, m) for r in seeds.values()]) for m in ("class_il", "task_il", "forgetting")}

@@ -1,7 +1,7 @@
 """Choose hyperparameters on a validation split held out from the training stream; the test set is never read.
 
-    python tools/tune.py mnist-360-coca-500 --grid lr=0.1,0.2 lambda1=0.2,0.5,1.0 --seeds 0 1
-    python tools/tune.py seq-mnist-er-200 --grid lr=0.03,0.1 --fraction 0.1
+    python -m gcl.tune mnist-360-coca-500 --grid lr=0.1,0.2 lambda1=0.2,0.5,1.0 --seeds 0 1
+    python -m gcl.tune seq-mnist-er-200 --grid lr=0.03,0.1 --fraction 0.1
 
 The run's settings come from params.yaml (resolved as the train stage resolves them); every point of the
 grid overrides some of them. The benchmark is rebuilt in memory with `validation_fraction` of each
@@ -122,7 +122,7 @@ def earlier_scores(path: str, run: str, points: list[dict], seeds: list[int], me
 
 def main(argv: list[str] | None = None) -> list[dict]:
     """Score every point of the grid; prints the table and returns its rows, best first."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m gcl.tune", description=__doc__.splitlines()[0])
     parser.add_argument("run", help="a key under runs: in params.yaml, the starting point")
     parser.add_argument("--grid", nargs="+", default=[], help="key=v1,v2 ... (overrides of the run's settings)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])

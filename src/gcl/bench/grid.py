@@ -1,14 +1,15 @@
-"""What a whole profile costs to train on this machine, projected from timed steps on random images of the real shapes.
+"""`python -m gcl.bench grid`: what a whole profile costs to train on this machine, projected from timed steps on
+random images of the real shapes.
 
-    python tools/gridcost.py                                    # profiles/paper.yaml, on the GPU if there is one
-    python tools/gridcost.py --benchmarks seq-cifar10 --methods er,derpp,coca --steps 200
-    python tools/gridcost.py --processes 8                      # 8 runs sharing the device at once
+    python -m gcl.bench grid                                    # profiles/paper.yaml, on the GPU if there is one
+    python -m gcl.bench grid --benchmarks seq-cifar10 --methods er,derpp,coca --steps 200
+    python -m gcl.bench grid --processes 8                      # 8 runs sharing the device at once
 
 One run of every (benchmark, method) pair of the profile is timed (its largest buffer, where memory-heavy
 methods cost most) through the training loop itself (gcl.training.loop.StreamLoop, as `dvc repro` trains):
 `--warmup` steps of the first task, the task boundary (for methods that are told it), then `--steps` timed
 steps of the second task, on a benchmark of the real size built from random uint8 images (the source's real
-classes, images per class and shape; tools/synthetic.py). One evaluation pass over the whole test set
+classes, images per class and shape; gcl.bench.common). One evaluation pass over the whole test set
 is timed too. A seed of a run is projected as
 
     stream steps x step time + tasks x boundary time + (evaluations + 1) x evaluation time
@@ -31,51 +32,20 @@ import argparse
 import dataclasses
 import math
 import multiprocessing
-import sys
-import time
-from pathlib import Path
 from queue import Empty
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gcl.config import load_params, resolve_run  # noqa: E402
-from gcl.core.devices import compile_threads, share_compile_threads  # noqa: E402
-from gcl.data.benchmarks import KINDS  # noqa: E402
-from gcl.methods import METHODS  # noqa: E402
-from gcl.training.compilation import compile_mode  # noqa: E402
-from gcl.training.progress import Progress, StreamProgress  # noqa: E402
-from gcl.training.spec import ResolvedRun  # noqa: E402
-from gcl.training.train import setup_seed  # noqa: E402
-from synthetic import random_benchmark, random_source, shape_of  # noqa: E402
-
-
-class Quiet(Progress):
-    def say(self, text: str) -> None:
-        pass
-
-
-class Clock:
-    """Wall-clock readings after the device has finished the work queued so far."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-
-    def __call__(self) -> float:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return time.perf_counter()
-
-
-def cells_of(params: dict, benchmarks: list[str], methods: list[str]) -> dict[tuple[str, str], list[str]]:
-    """(benchmark, method) -> the profile's run keys of that pair, the timed run (largest buffer) first."""
-    pairs: dict[tuple[str, str], list[str]] = {}
-    for key, run in params["runs"].items():
-        if (benchmarks and run["benchmark"] not in benchmarks) or (methods and run["method"] not in methods):
-            continue
-        pairs.setdefault((run["benchmark"], run["method"]), []).append(key)
-    size = lambda key: -1 if params["runs"][key]["buffer"] == "none" else params["runs"][key]["buffer"]
-    return {pair: sorted(keys, key=size, reverse=True) for pair, keys in pairs.items()}
+from gcl.bench.common import Clock, Quiet, cells_of, random_benchmark, split
+from gcl.config import load_params, resolve_run
+from gcl.core.devices import compile_threads, share_compile_threads
+from gcl.data.benchmarks import KINDS
+from gcl.data.random_sources import random_source, shape_of
+from gcl.methods import METHODS
+from gcl.training.compilation import compile_mode
+from gcl.training.progress import StreamProgress
+from gcl.training.spec import ResolvedRun
+from gcl.training.train import setup_seed
 
 
 def timing_stream(stream, has_tasks: bool, warmup: int, steps: int):
@@ -278,7 +248,8 @@ def print_table(rows: list[dict], device: str, processes: int, args) -> None:
 
 
 def main(argv=None) -> list[dict]:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m gcl.bench grid", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--profile", default="profiles/paper.yaml", help="the params file whose runs are projected")
     p.add_argument("--benchmarks", default="", help="comma-separated benchmarks of the profile (default: all)")
     p.add_argument("--methods", default="", help="comma-separated methods (keys of methods:) (default: all)")
@@ -301,7 +272,6 @@ def main(argv=None) -> list[dict]:
         torch.set_num_threads(args.threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     params = load_params(args.profile)
-    split = lambda s: [x for x in s.split(",") if x]
     pairs = cells_of(params, split(args.benchmarks), split(args.methods))
     if not pairs:
         p.error("no run of the profile matches --benchmarks / --methods")
@@ -312,6 +282,3 @@ def main(argv=None) -> list[dict]:
     print_table(rows, device, args.processes, args)
     return rows
 
-
-if __name__ == "__main__":
-    main()

@@ -1,12 +1,14 @@
-"""Where the wall time of a cold `dvc repro` goes: DVC, Python start-up, training, the rest of each stage.
+"""`python -m gcl.bench breakdown`: where the wall time of a cold `dvc repro` goes: DVC, Python start-up, training,
+the rest of each stage.
 
-    python tools/breakdown.py                 # a fresh clone of this repository's HEAD, default profile
-    python tools/breakdown.py --repeat 3      # three cold runs: best and worst wall time
-    python tools/breakdown.py --params profiles/ci.yaml
-    python tools/breakdown.py --rev 48af4a6            # an earlier commit, timed on this machine (before/after)
-    python tools/breakdown.py --params profiles/mnist-360.yaml --downloads ~/mnist-files --keep-results out/
+    python -m gcl.bench breakdown                 # a fresh clone of this repository's HEAD, default profile
+    python -m gcl.bench breakdown --repeat 3      # three cold runs: best and worst wall time
+    python -m gcl.bench breakdown --params profiles/ci.yaml
+    python -m gcl.bench breakdown --rev 48af4a6   # an earlier commit, timed on this machine (before/after)
+    python -m gcl.bench breakdown --params profiles/mnist-360.yaml --downloads ~/mnist-files --keep-results out/
 
-Each run clones HEAD into a temporary folder (no outputs, no DVC cache: what a new user has), runs
+The repository is the current folder's (the project's root), or --root's; --params names a file in it. Each run
+clones HEAD into a temporary folder (no outputs, no DVC cache: what a new user has), runs
 `dvc repro` there and time-stamps every line it prints. The lines mark the phases: DVC announces a stage
 ("Running stage") and its command ("> python ..."); a train stage says when its settings are read and its
 seeds start ("[run] 3 seed(s) to train"), reports each seed's training seconds ("done: ... in 4.2s"), and
@@ -38,7 +40,6 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 RUNNING = re.compile(r"^Running stage '(?P<stage>[^']+)':")
 CACHED = re.compile(r"^Stage '(?P<stage>[^']+)' is cached")
 COMMAND = re.compile(r"^> ")
@@ -131,25 +132,27 @@ def machine_probe() -> tuple[float, float]:
     return machine_speed(10, 300), machine_speed(800, 30)
 
 
-def fresh_clone(dst: Path, params: str | None, rev: str | None = None, downloads: Path | None = None) -> None:
-    """A clone of HEAD (or `rev`), `params` over its params.yaml, `downloads` copied in as its data/downloads."""
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(dst)], check=True)
+def fresh_clone(root: Path, dst: Path, params: str | None, rev: str | None = None,
+                downloads: Path | None = None) -> None:
+    """A clone of repository `root`'s HEAD (or `rev`), `params` (a file of `root`) over its params.yaml, `downloads`
+    copied in as its data/downloads."""
+    subprocess.run(["git", "clone", "-q", str(root), str(dst)], check=True)
     if rev:
         subprocess.run(["git", "-C", str(dst), "checkout", "-q", rev], check=True)
     if params:
-        shutil.copy(ROOT / params, dst / "params.yaml")
+        shutil.copy(root / params, dst / "params.yaml")
     if downloads:
         shutil.copytree(downloads, dst / "data" / "downloads")
 
 
 def one_run(params: str | None, log: Path | None, rev: str | None = None, downloads: Path | None = None,
-            keep_results: Path | None = None) -> tuple[float, list[dict]]:
-    """One cold `dvc repro` in a fresh clone: its wall time and phases; `keep_results` receives the clone's
-    params.yaml, dvc.lock and results/ (what a committed reproduction holds)."""
+            keep_results: Path | None = None, root: Path = Path(".")) -> tuple[float, list[dict]]:
+    """One cold `dvc repro` in a fresh clone of repository `root`: its wall time and phases; `keep_results` receives
+    the clone's params.yaml, dvc.lock and results/ (what a committed reproduction holds)."""
     folder = Path(tempfile.mkdtemp(prefix="gcl-breakdown-"))
     try:
         repo = folder / "repo"
-        fresh_clone(repo, params, rev, downloads)
+        fresh_clone(root.resolve(), repo, params, rev, downloads)
         env = {**os.environ, "PYTHONPATH": str(repo / "src"), "PYTHONUNBUFFERED": "1"}
         lines, total = timed_lines(["dvc", "repro"], repo, env)
         if log:
@@ -198,7 +201,9 @@ def summary(total: float, rows: list[dict], probe: tuple[tuple[float, float], tu
 
 
 def main(argv=None) -> list[tuple[float, list[dict]]]:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m gcl.bench breakdown", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--root", type=Path, default=Path("."), help="the repository cloned (default: the current folder)")
     p.add_argument("--repeat", type=int, default=1, help="cold runs, one after the other")
     p.add_argument("--params", default=None, help="a profile to copy over params.yaml in the clone (default: as committed)")
     p.add_argument("--log", type=Path, default=None, help="write the time-stamped output of the last run here")
@@ -210,13 +215,16 @@ def main(argv=None) -> list[tuple[float, list[dict]]]:
     args = p.parse_args(argv)
     if args.downloads and not args.downloads.is_dir():
         raise SystemExit(f"error: --downloads {args.downloads}: no such folder")
-    if not args.rev and subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+    if not (args.root / "dvc.yaml").is_file():
+        raise SystemExit(f"error: {args.root.resolve()} holds no dvc.yaml: run from the project's root folder, or name "
+                         "it with --root")
+    if not args.rev and subprocess.run(["git", "-C", str(args.root), "status", "--porcelain", "--untracked-files=no"],
                                        capture_output=True, text=True).stdout.strip():
         print("note: the clone is of HEAD; uncommitted changes are not in it", file=sys.stderr)
     results = []
     for i in range(args.repeat):
         before = machine_probe()
-        total, rows = one_run(args.params, args.log, args.rev, args.downloads, args.keep_results)
+        total, rows = one_run(args.params, args.log, args.rev, args.downloads, args.keep_results, args.root)
         time.sleep(10)   # DVC starts a short-lived background process as it exits: let it finish first
         probe = (before, machine_probe())
         results.append((total, rows))
@@ -227,6 +235,3 @@ def main(argv=None) -> list[tuple[float, list[dict]]]:
         print(f"best {min(walls):.1f} s, worst {max(walls):.1f} s, over {len(walls)} cold runs")
     return results
 
-
-if __name__ == "__main__":
-    main()

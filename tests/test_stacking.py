@@ -1,4 +1,4 @@
-"""Seeds trained stacked (gcl.training.stacked_train) against the same seeds trained alone (run_seed), in float64:
+"""Seeds trained stacked (gcl.training.stacking) against the same seeds trained alone (run_seed), in float64:
 every seed's loss curve, accuracies after each evaluation, confusion matrix and final weights agree to 1e-9,
 through the buffer's filling and the whole MNIST-360 stream."""
 import pytest
@@ -7,8 +7,8 @@ import torch
 from gcl.core.seeds import Seeds
 from gcl.methods import METHODS
 from gcl.methods.base import Method
-from gcl.training.stacked_train import train_stacked, unstackable
-from gcl.training.train import run_seed, setup_seed
+from gcl.training.stacking import unstackable
+from gcl.training.train import run_seed, setup_seed, train_stacked
 from helpers import run_settings
 from test_stacked import stack_independent_kernels
 
@@ -19,6 +19,9 @@ RUNS = {"sgd": run_settings("sgd", lr=0.1, batch=4),
         "er-ace": run_settings("er-ace", 30, lr=0.1, batch=4, replay_batch=6),
         "der": run_settings("der", 30, lr=0.1, batch=4, replay_batch=6, alpha=0.5),
         "derpp": run_settings("derpp", 30, lr=0.1, batch=4, replay_batch=6, alpha=0.3, beta=0.7),
+        "derpp-split": run_settings("derpp", 30, lr=0.1, batch=4, replay_batch=6, alpha=0.3, beta=0.7,
+                                    replay_draw="split"),
+        "er-separate": run_settings("er", 30, lr=0.1, batch=4, replay_batch=6, replay_pass="separate"),
         "joint": run_settings("joint", lr=0.1, batch=4),
         "agem": run_settings("agem", 30, lr=0.1, batch=4, replay_batch=6),
         "agem-replay": run_settings("agem", 30, lr=0.1, batch=4, replay_batch=6, reference_input="replay"),
@@ -99,7 +102,7 @@ def test_a_stacked_seeds_final_state_comes_back_to_its_own_network_and_method(ti
                                                                             key):
     """The stacked trainer copies each seed's weights back into that seed's own network, and its method's own
     modules (CoCa's heads, CLS-ER's memories) into its own method: seen through them, equal to the lone run's."""
-    import gcl.training.stacked_train as module
+    import gcl.training.stacking as module
     bench, cfg = tiny_mnist360
     run = RUNS[key]
     kept, original = {}, module.setup_seed

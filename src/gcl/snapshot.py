@@ -1,7 +1,7 @@
 """Copy a workspace's finished runs of its profile into a reproduction folder, so that a grid that spans several
 sittings keeps what it has trained (reproductions/<name>/README.md says how a later sitting resumes from it).
 
-    python tools/snapshot_reproduction.py <workspace> reproductions/<name>
+    python -m gcl.snapshot <workspace> reproductions/<name>
 
 Copies the workspace's params.yaml, its dvc.lock cut to the stages of that profile (the data, settings and code
 digest of each run), and runs/<benchmark>/<method>/<buffer>/ of every finished run (its train stage in dvc.lock,
@@ -11,25 +11,21 @@ training meanwhile.
 
 A report of part of a grid: `dvc repro -s check@runs report` in the workspace (its params.yaml the whole profile;
 the report draws the finished runs and names the others), then snapshot, and train on. While the workspace's report
-is not current,
-a folder that holds a report keeps it whole (its params.yaml, results/ and every stage of its dvc.lock that records
-params.yaml's digest), so check@reproductions goes on verifying it, and the runs trained since join runs/ and
-dvc.lock's train stages, ready for a later sitting to resume from.
+is not current, a folder that holds a report keeps it whole (its params.yaml, results/ and every stage of its
+dvc.lock that records params.yaml's digest), so check@reproductions goes on verifying it, and the runs trained since
+join runs/ and dvc.lock's train stages, ready for a later sitting to resume from.
 """
 from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-from gcl.core.atomic import atomic_path  # noqa: E402
-from gcl.report.reproductions import RUN, SUMMARY, md5  # noqa: E402
+from gcl.core.atomic import atomic_path
+from gcl.report.reproductions import RUN, SUMMARY, md5
 
 
 def profile_stages(params: dict) -> set[str]:
@@ -114,7 +110,8 @@ def snapshot(workspace: Path, dest: Path) -> list[str]:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m gcl.snapshot", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("workspace", type=Path)
     p.add_argument("dest", type=Path)
     args = p.parse_args(argv)

@@ -1,10 +1,10 @@
-"""Whether two checkouts' train code computes the same seed: the evidence for carrying a finished run from one
-commit's workspace to another's (`dvc commit -f`) instead of training it again.
+"""`python -m gcl.bench same-state`: whether two checkouts' train code computes the same seed: the evidence for
+carrying a finished run from one commit's workspace to another's (`dvc commit -f`) instead of training it again.
 
     # in a workspace (its params.yaml and data/benchmarks/), once with each checkout's library:
-    PYTHONPATH=<old checkout>/src python tools/same_state.py save <run> <seed> old.pt
-    PYTHONPATH=<new checkout>/src python tools/same_state.py save <run> <seed> new.pt
-    python tools/same_state.py compare old.pt new.pt
+    python -m gcl.bench same-state save <run> <seed> old.pt --code <old checkout>
+    python -m gcl.bench same-state save <run> <seed> new.pt --code <new checkout>
+    python -m gcl.bench same-state compare old.pt new.pt
 
 `save` trains one seed of a run of params.yaml as its train stage would (same benchmark file, settings, compile mode,
 one thread) up to the first checkpoint the training loop writes (the first task's end, or the first
@@ -13,10 +13,16 @@ BatchNorm statistics, buffer, its own attributes), the loop's (step, evaluations
 `compare` prints every tensor or value that differs (timings aside) and exits 1 if any does, 0 if none (and says how
 many tensors and numbers it compared). The same state after a task means the same function of the same inputs so far,
 not a proof for the steps after; the closing note says how far it was run.
+
+`--code <checkout>` trains with that checkout's library (its src/gcl, which need not hold this module: an older commit
+may predate it), in a process of its own that runs this file with the checkout's src/ first on PYTHONPATH; without
+it, with the library this module belongs to. `save` names the library it used.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -56,9 +62,20 @@ def save(run_key: str, seed: int, out: Path) -> None:
         run_seed(bench, spec.benchmark, spec.run, seed, device, 0, None,
                  FirstCheckpoint(out.with_suffix(".unused"), "-", every), compiled)
     except _Saved:
-        print(f"saved {out}: {run_key}, seed {seed}, at its first checkpoint")
+        import gcl
+        print(f"saved {out}: {run_key}, seed {seed}, at its first checkpoint (library: {Path(gcl.__file__).parent})")
         return
     sys.exit(f"error: {run_key} seed {seed} finished without writing a checkpoint: nothing to compare")
+
+
+def save_with(code: Path, run_key: str, seed: int, out: Path) -> int:
+    """`save` with checkout `code`'s library: this file run as a script (so that no copy of this module is needed
+    there) in a process whose PYTHONPATH puts `code`/src first; its exit status."""
+    src = code.resolve() / "src"
+    if not (src / "gcl").is_dir():
+        sys.exit(f"error: --code {code}: no src/gcl there (a checkout of this project)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return subprocess.run([sys.executable, __file__, "save", run_key, str(seed), str(out)], env=env).returncode
 
 
 def differences(a, b, path: str = ""):
@@ -104,22 +121,26 @@ def compare(first: Path, second: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m gcl.bench same-state", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("save", help="train a seed to its first checkpoint and save the state")
     s.add_argument("run")
     s.add_argument("seed", type=int)
     s.add_argument("out", type=Path)
+    s.add_argument("--code", type=Path, default=None, help="a checkout whose library trains the seed (default: this "
+                   "module's)")
     c = sub.add_parser("compare", help="compare two saved states")
     c.add_argument("first", type=Path)
     c.add_argument("second", type=Path)
     args = parser.parse_args(argv)
     if args.command == "save":
+        if args.code is not None:
+            return save_with(args.code, args.run, args.seed, args.out)
         save(args.run, args.seed, args.out)
         return 0
     return compare(args.first, args.second)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":     # run as a script by save_with, under another checkout's library
     sys.exit(main())

@@ -1,13 +1,14 @@
-"""What each method costs per training step, beside a bare forward/backward/SGD loop of the same shapes.
+"""`python -m gcl.bench steps`: what each method costs per training step, beside a bare forward/backward/SGD loop
+of the same shapes.
 
-    python tools/speed.py                          # MLP: seq-MNIST shapes, params.yaml's seq-mnist settings
-    python tools/speed.py --backbone resnet18      # ResNet-18: seq-CIFAR-10 shapes, profiles/paper.yaml's settings
-    python tools/speed.py --methods er,derpp --device cuda --bf16 --channels-last
-    python tools/speed.py --cell seq-mnist-er-200  # one seed of one run of params.yaml, as dvc repro trains it
-    python tools/speed.py --stacked 10             # every stackable method: 10 seeds stacked vs the same seeds alone
-    python tools/speed.py --stacked 5 --backbone resnet18   # the same on seq-CIFAR-10's ResNet-18
-    python tools/speed.py --online                 # the online profile's ER step as trained vs the bare loop
-    python tools/speed.py --methods er,er-star --set star_samples=all   # a plug-in at its base method's run
+    python -m gcl.bench steps                        # MLP: seq-MNIST shapes, params.yaml's seq-mnist settings
+    python -m gcl.bench steps --backbone resnet18    # ResNet-18: seq-CIFAR-10 shapes, profiles/paper.yaml's settings
+    python -m gcl.bench steps --methods er,derpp --device cuda --bf16 --channels-last
+    python -m gcl.bench steps --cell seq-mnist-er-200  # one seed of one run of params.yaml, as dvc repro trains it
+    python -m gcl.bench steps --stacked 10           # every stackable method: 10 seeds stacked vs the same seeds alone
+    python -m gcl.bench steps --stacked 5 --backbone resnet18   # the same on seq-CIFAR-10's ResNet-18
+    python -m gcl.bench steps --online               # the online profile's ER step as trained vs the bare loop
+    python -m gcl.bench steps --methods er,er-star --set star_samples=all   # a plug-in at its base method's run
 
 A method step is what the training loop does per stream batch: the batched augmentation of the stream
 batch, then `observe` (replay, distillation, buffer insertion, the update). Each method runs with the
@@ -19,12 +20,16 @@ PyTorch: the same backbone, forward, cross-entropy, backward and an SGD update (
 an already-augmented batch of the stream batch's size. Data are random uint8 images of the real shape (only the time matters). The
 loops take turns in `--rounds` rounds of `--steps` steps each; a loop's time per step is its total over
 all rounds divided by its steps (so that a method's occasional heavy step, such as CN-DPM's sleep
-phase, counts at its real rate when the window holds one).
+phase, counts at its real rate when the window holds one). `--cell` and `--stacked` time whole seeds instead
+(gcl.bench.whole_seeds). Profiles and params.yaml are read from the current folder (the project's root) unless --profile
+names one.
 
 A plug-in method without a run of its own in the profile (STAR's er-star, derpp-star) is timed at its base
 method's run (the registered method it extends), its own settings at their defaults; `--set KEY=VALUE` (YAML values,
 repeatable) overrides a setting of every timed method that declares it (e.g. `--set star_samples=all`: STAR's term
 in every step, as once the network classifies its buffer correctly; on random images it rarely does).
+
+About 340 lines: the method loops and the bare loop they are measured against share their presets, shapes and flags.
 """
 from __future__ import annotations
 
@@ -34,19 +39,19 @@ import dataclasses
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gcl.config import load_params, resolve_run  # noqa: E402
-from gcl.core.backbones import build_backbone  # noqa: E402
-from gcl.data.benchmarks import KINDS  # noqa: E402
-from gcl.methods import METHODS, MethodContext  # noqa: E402
-from gcl.methods.base import TaskData  # noqa: E402
-from synthetic import SOURCE_SHAPES, random_benchmark, random_source  # noqa: E402
+from gcl.bench.common import random_benchmark, split, sync
+from gcl.bench.whole_seeds import stacked_table, time_cell
+from gcl.config import load_params, resolve_run
+from gcl.core.backbones import build_backbone
+from gcl.data.benchmarks import KINDS
+from gcl.data.random_sources import SOURCE_SHAPES, random_source
+from gcl.methods import METHODS, MethodContext
+from gcl.methods.base import TaskData
 
 
 @dataclass(frozen=True)
@@ -66,11 +71,6 @@ PRESETS = {
     "online": Preset("profiles/online-cifar10.yaml", "online-cifar10", 200, "cifar10", {"cpu": 10, "cuda": 50}),
 }
 CLASSES, PER_CLASS = 10, 64
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def autocast(device: torch.device, bf16: bool):
@@ -290,79 +290,9 @@ def print_table(rows: list[dict], args) -> None:
               f"{r['vs_bare']:>8.2f}x  {r['run']}")
 
 
-def time_cell(args) -> None:
-    """One seed of one params.yaml cell, as `dvc repro` would train it, without writing anything."""
-    from gcl.config import resolve_runtime
-    from gcl.core.devices import resolve_device
-    from gcl.core.layout import benchmark_file
-    from gcl.data.benchmarks import load_benchmark
-    from gcl.training.compilation import compile_mode
-    from gcl.training.train import run_seed
-
-    params = load_params(args.profile or "params.yaml")
-    spec = resolve_run(params, args.cell)
-    torch.set_num_threads(resolve_runtime(params)["threads"])
-    device = resolve_device(spec.device)
-    bench = load_benchmark(benchmark_file(spec.run.benchmark), spec.data)
-    compiled = compile_mode(spec.benchmark.compile, device, METHODS[spec.run.algorithm])
-    r = run_seed(bench, spec.benchmark, spec.run, args.seed, device, compiled=compiled)
-    til = "-" if r.task_il is None else f"{r.task_il:.2f}"
-    print(f"{args.cell} seed {args.seed} on {device.type} ({torch.get_num_threads()} threads): {r.steps} steps, "
-          f"{r.train_seconds:.1f} s training, {r.samples_per_second:.0f} samples/s, "
-          f"{1e3 * r.train_seconds / r.steps:.1f} ms/step; class-il {r.class_il:.2f}, task-il {til}")
-
-
-# --stacked: each backbone's benchmark of the timed runs (the first run of a method on it, the preset's buffer first)
-STACKED_BENCHMARKS = {"mlp": ("params.yaml", "mnist-360", "mnist"), "resnet18": ("profiles/paper.yaml", "seq-cifar10", "cifar10")}
-
-
-def stacked_table(args) -> list[dict]:
-    """Per stackable method (trains_alone None), a whole stream of `args.stacked` seeds trained stacked and the
-    same seeds trained one after the other in this process (run_seed), at the settings of the method's run on the
-    backbone's benchmark (MLP: params.yaml's MNIST-360; ResNet-18: profiles/paper.yaml's seq-CIFAR-10, one epoch)
-    on random images of the benchmark's shape: training seconds per seed-step of each (evaluations left out, as a
-    seed's own train_seconds leave them out)."""
-    from gcl.training.stacked_train import train_stacked, unstackable
-    from gcl.training.train import run_seed
-
-    profile, benchmark, source = STACKED_BENCHMARKS[args.backbone]
-    profile = args.profile or profile
-    params, preset = load_params(profile), PRESETS[args.backbone]
-    device = torch.device("cuda" if args.device == "cuda" else "cpu")
-    seeds, rows = list(range(args.stacked)), []
-    for method in args.methods or sorted(k for k, cls in METHODS.items() if not cls.trains_alone):
-        keys = sorted((r.get("buffer") != (args.buffer or preset.buffer), k) for k, r in params["runs"].items()
-                      if r["method"] == method and r["benchmark"] == (args.benchmark or benchmark))
-        if not keys:
-            print(f"[skip] {method}: no {benchmark} run of it in {profile}", file=sys.stderr)
-            continue
-        spec = resolve_run(params, keys[0][1])
-        training = spec.benchmark
-        if args.backbone == "resnet18":      # a pass over a short stream; the width as asked; both sides in the
-            # default layout, the only one a stacked ResNet takes (a profile's channels_last is timed by --online)
-            training = training.model_copy(update={"epochs": 1, "width": args.width, "channels_last": False})
-        if unstackable(training, spec.run):
-            print(f"[skip] {method}: {unstackable(training, spec.run)}", file=sys.stderr)
-            continue
-        bench = random_benchmark(spec.data, random_source(SOURCE_SHAPES[source], args.per_class, 4))
-        alone = sum(run_seed(bench, training, spec.run, seed, device).train_seconds for seed in seeds)
-        together = train_stacked(bench, training, spec.run, seeds, device)
-        steps = together[0].steps
-        stacked = sum(r.train_seconds for r in together.values())
-        rows.append({"method": method, "run": keys[0][1], "seeds": len(seeds), "steps": steps,
-                     "alone_ms": 1e3 * alone / (steps * len(seeds)), "stacked_ms": 1e3 * stacked / (steps * len(seeds))})
-    print(f"{args.benchmark or benchmark} stream of {args.per_class} random images per class, {args.backbone}"
-          f"{f' width {args.width}' if args.width else ''}, {device.type}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} thread(s): ms of training per seed-step")
-    print(f"{'method':<8}{'seeds':>6}{'steps':>7}{'alone':>9}{'stacked':>9}{'speed-up':>10}  run")
-    for r in rows:
-        print(f"{r['method']:<8}{r['seeds']:>6}{r['steps']:>7}{r['alone_ms']:>9.3f}{r['stacked_ms']:>9.3f}"
-              f"{r['alone_ms'] / r['stacked_ms']:>9.2f}x  {r['run']}")
-    return rows
-
-
 def main(argv=None) -> list[dict] | None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m gcl.bench steps", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backbone", choices=sorted(PRESETS), default="mlp")
     p.add_argument("--methods", default="", help="comma-separated registered methods (default: all)")
     p.add_argument("--profile", default=None, help="params file whose runs give the settings (default: the preset's)")
@@ -395,7 +325,7 @@ def main(argv=None) -> list[dict] | None:
         time_cell(args)
         return None
     if args.stacked:
-        args.methods = [m for m in args.methods.split(",") if m]
+        args.methods = split(args.methods)
         args.per_class = args.per_class or {"mlp": 400, "resnet18": 8}[args.backbone]
         return stacked_table(args)
     if args.online:
@@ -404,7 +334,7 @@ def main(argv=None) -> list[dict] | None:
         args.backbone, args.methods = "resnet18", args.methods or "er"
     if args.channels_last and args.backbone != "resnet18":
         p.error("--channels-last applies to --backbone resnet18")
-    args.methods = [m for m in args.methods.split(",") if m]
+    args.methods = split(args.methods)
     devices = {"auto": ["cpu"] + (["cuda"] if torch.cuda.is_available() else []), "cpu": ["cpu"], "cuda": ["cuda"]}
     rows = []
     for name in devices[args.device]:
@@ -412,6 +342,3 @@ def main(argv=None) -> list[dict] | None:
     print_table(rows, args)
     return rows
 
-
-if __name__ == "__main__":
-    main()

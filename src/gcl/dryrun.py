@@ -1,13 +1,14 @@
 """Prove on a CPU that every run of a profile trains to the end, before anyone spends a GPU-hour on it.
 
-    python tools/dryrun.py profiles/paper.yaml                              # every run of the paper grid
-    python tools/dryrun.py profiles/paper.yaml --runs 'seq-cifar10-icarl-*' 'split-*'
-    python tools/dryrun.py profiles/paper.yaml --runs 'seq-cifar10-*' --bf16 --compile true
+    python -m gcl.dryrun profiles/paper.yaml                                # every run of the paper grid
+    python -m gcl.dryrun profiles/paper.yaml --runs 'seq-cifar10-icarl-*' 'split-*'
+    python -m gcl.dryrun profiles/paper.yaml --runs 'seq-cifar10-*' --bf16 --compile true
 
 Each selected run is trained and reported through the real pipeline: `dvc repro` of the project's own
-dvc.yaml, stages and code in a scratch workspace (.dryrun/<profile>/, kept between calls so that a second
-call re-runs only what changed), on a params.yaml derived from the profile that keeps the stream structure
-of the real run and cuts only cost that the structure does not depend on:
+dvc.yaml, stages and code (those of the project in the current folder, or of --root) in a scratch workspace
+(.dryrun/<profile>/ in the project, kept between calls so that a second call re-runs only what changed), on a
+params.yaml derived from the profile that keeps the stream structure of the real run and cuts only cost that the
+structure does not depend on:
 
 kept:  every source's classes and image shape; the benchmarks' tasks and class orders; every run's method,
        settings, batch, replay batch and buffer; and every short batch of its stream: each class loses the
@@ -19,30 +20,28 @@ cut:   the pixels (random, gcl.data.random_sources; the source is not downloaded
        --scale of the real count (default 0.1; --scale 1 keeps the real counts, the real step counts); epochs
        (at most --epochs, default 2: enough for the second pass over a task); seeds (the profile's first, or
        its first --seeds: with 2 or more, the runs that stack train their seeds stacked and the report computes
-       its intervals); the
-       image backbone's width (--width) and its input, average-pooled to --pooled-size pixels a side before the
-       network (a ResNet-18 step on 32x32 images takes seconds on a CPU at full width and tens of milliseconds
-       at width 1; 9 pixels keep 2 x 2 positions in its last stage, see POOLED_SIZE); the evaluation set
-       (--test-per-class images of each class); CN-DPM's experts (width 4,
-       2 latent samples) and sleep phases (--sleep-steps Adam steps each instead of thousands); oEWC's penalty
-       weight (0: see NUMERICS).
+       its intervals); the image backbone's width (--width) and its input, average-pooled to --pooled-size
+       pixels a side before the network (9 pixels keep 2 x 2 positions in its last stage, see POOLED_SIZE); the
+       evaluation set (--test-per-class images of each class); CN-DPM's experts (width 4, 2 latent samples) and
+       sleep phases (--sleep-steps Adam steps each instead of thousands); oEWC's penalty weight (0: see NUMERICS).
 
-Why the image counts are cut by default: the paper grid's 225 runs take about 1.5 million stream steps at their
-real counts and 2 epochs, and a ResNet-18 step costs at least 5-25 ms on a CPU at any width (it is bound by its
-60 operations, not by their size; CoCa takes four passes a step): days, not the 90 minutes a check before a GPU
-run should take. What the cut can hide: a defect that depends on the absolute number of images rather than on
-the remainders kept, such as an exemplar quota that fits a full class but not a cut one (iCaRL's 2,560 per class
-at buffer 5120 on seq-cifar10 exceeds the cut class, as 1,024 exceeds a real CIFAR-100 class), or memory at full
-size. `--runs ... --scale 1` runs chosen cells at their real counts.
+The image counts are cut by default because a CPU would take days over the paper grid's real counts
+(docs/dryrun.md: what it costs). What the cut can hide: a defect that depends on the absolute number of images
+rather than on the remainders kept, such as an exemplar quota that fits a full class but not a cut one (iCaRL's
+2,560 per class at buffer 5120 on seq-cifar10 exceeds the cut class, as 1,024 exceeds a real CIFAR-100 class), or
+memory at full size. `--runs ... --scale 1` runs chosen cells at their real counts.
 
 What it proves: the code paths of every run, its stages, checks and the report, run to the end on data of the
 real sizes. What it does not (NOT_PROVEN, printed at the end): accuracy (random pixels, narrowed networks), the
 seed-worker pool (and, with one seed, stacked seeds and the report's intervals), compiled steps, speed on a GPU
-(tools/gridcost.py), numerical trouble at full width (a learning rate that diverges on real data), or memory at
-full size.
+(python -m gcl.bench grid), numerical trouble at full width (a learning rate that diverges on real data), or memory
+at full size.
 
 One line per run (status, steps, seconds); the exit status is non-zero when any run failed, each named with its
 one-line error (its whole output is in .dryrun/<profile>/logs/<run>.log).
+
+About 490 lines: the dry profile (what each run keeps and loses), the workspace it runs in and the closing account of
+what was not proven are one procedure, each part written against the others' choices.
 """
 from __future__ import annotations
 
@@ -62,14 +61,11 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-from gcl.config import algorithm_of, benchmark_settings, load_params, resolve_run  # noqa: E402
-from gcl.core.devices import available_cores  # noqa: E402
-from gcl.core.layout import run_dir  # noqa: E402
-from gcl.data.random_sources import SOURCE_SHAPES, shape_name, shape_of  # noqa: E402
-from gcl.report.settings import Comparison  # noqa: E402
+from gcl.config import algorithm_of, benchmark_settings, load_params, resolve_run
+from gcl.core.devices import available_cores
+from gcl.core.layout import run_dir
+from gcl.data.random_sources import SOURCE_SHAPES, shape_name, shape_of
+from gcl.report.settings import Comparison
 
 # the smallest input side at which the ResNet's last stage (three stride-2 convolutions: 9 -> 5 -> 3 -> 2) still
 # has 2 x 2 positions, as it has 4 x 4 and more at the real sizes: at 1 x 1, BatchNorm in training mode refuses a
@@ -90,7 +86,7 @@ CNDPM_CUT = {"vae_width": 4, "vae_ext": 1, "cls_width": 4, "cls_ext": 1, "z_samp
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="python -m gcl.dryrun", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("profile", type=Path, help="a params file (profiles/paper.yaml)")
     ap.add_argument("--runs", nargs="+", default=["*"], metavar="GLOB", help="runs whose keys match any of these "
@@ -113,7 +109,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--sleep-steps", type=int, default=10, help="CN-DPM's Adam steps per sleep phase (default 10)")
     ap.add_argument("--jobs", type=int, default=available_cores(), help="runs trained side by side "
                     "(default: the cores)")
-    ap.add_argument("--workspace", type=Path, default=None, help="scratch project (default .dryrun/<profile>)")
+    ap.add_argument("--root", type=Path, default=Path("."), help="the project whose pipeline, stages and code run "
+                    "(the folder holding dvc.yaml; default: the current folder)")
+    ap.add_argument("--workspace", type=Path, default=None, help="scratch project (default <root>/.dryrun/<profile>)")
     ap.add_argument("--fresh", action="store_true", help="delete the workspace first (default: reuse it, so DVC "
                     "re-runs only what changed)")
     args = ap.parse_args(argv)
@@ -299,13 +297,13 @@ def dry_report(report: dict, runs: dict, bench_names: list[str]) -> dict:
 
 # ------------------------------------------------------------------------ the workspace
 
-def prepare_workspace(workspace: Path, profile: dict, fresh: bool) -> None:
-    """A copy of the project's pipeline with the dry profile as its params.yaml, a git repository of its own."""
+def prepare_workspace(root: Path, workspace: Path, profile: dict, fresh: bool) -> None:
+    """A copy of project `root`'s pipeline with the dry profile as its params.yaml, a git repository of its own."""
     if fresh and workspace.exists():
         shutil.rmtree(workspace)
     workspace.mkdir(parents=True, exist_ok=True)
     for part in PROJECT_PARTS:
-        src, dst = ROOT / part, workspace / part
+        src, dst = root / part, workspace / part
         if dst.is_dir():
             shutil.rmtree(dst)
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -426,22 +424,26 @@ NOT_PROVEN = """not proven by this dry run (docs/dryrun.md):
 - {seeds}, trained in one process: the seed-worker pool (`workers`, spawn on a GPU) is not run here;
 - {compiled};
 - the cuts each run's line names: fewer images, epochs and seeds; oEWC's penalty weight and CN-DPM's experts cut;{intervals}
-- speed and memory at full size (tools/gridcost.py), numerical health at full width on real data."""
+- speed and memory at full size (python -m gcl.bench grid), numerical health at full width on real data."""
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if not (args.root / "dvc.yaml").is_file():
+        raise SystemExit(f"error: {args.root.resolve()} holds no dvc.yaml: run from the project's root folder, or "
+                         "name it with --root")
+    args.root = args.root.resolve()
     params = load_params(args.profile)
     keys = selected_runs(params, args.runs, args.one_per_method)
     dry = dry_profile(params, keys, args)
-    workspace = (args.workspace or ROOT / ".dryrun" / args.profile.stem).resolve()
+    workspace = (args.workspace or args.root / ".dryrun" / args.profile.stem).resolve()
     with only_dry_run(workspace):
         return dry_run(args, params, keys, dry, workspace)
 
 
 def dry_run(args: argparse.Namespace, params: dict, keys: list[str], dry: dict, workspace: Path) -> int:
     started = time.perf_counter()
-    prepare_workspace(workspace, dry, args.fresh)
+    prepare_workspace(args.root, workspace, dry, args.fresh)
     print(f"dry run of {len(keys)} run(s) of {args.profile} in {workspace}, {args.jobs} at a time", flush=True)
 
     # the shared upstream stages first (checks, random sources, benchmarks), then the runs side by side
