@@ -7,11 +7,7 @@ source's where its reader is registered (gcl.data.sources), a benchmark kind's i
 and benchmarks, `check@runs` the runs and the report; each writes one small JSON file per entry under resolved/,
 and every other stage depends on its own file only. So a changed caption re-runs the report alone, a changed
 thread count nothing, and a typo in a run stops `dvc repro` before any training (data preparation does not
-depend on the runs).
-
-About 400 lines: besides validating and resolving, it tells a mistyped name the closest known one (did_you_mean,
-and _validate for a key at any depth of a block), here rather than in a module of its own because the check stages
-depend on this file by name (dvc.yaml).
+depend on the runs). A mistyped name, a key at any depth of a block included, is told the closest known one.
 """
 from __future__ import annotations
 
@@ -173,7 +169,7 @@ def load_params(path: str | Path = "params.yaml") -> dict:
     if not path.exists():
         raise ParamsError(f"{path} not found: run from the project root, or copy a profile from profiles/")
     try:
-        # libyaml's parser where PyYAML has it: 8x faster on this file, read by every stage
+        # libyaml's parser where PyYAML has it: faster, and every stage reads this file (docs/performance.md)
         params = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise ParamsError(f"{path} is not valid YAML: {exc}") from None

@@ -39,9 +39,6 @@ at full size.
 
 One line per run (status, steps, seconds); the exit status is non-zero when any run failed, each named with its
 one-line error (its whole output is in .dryrun/<profile>/logs/<run>.log).
-
-About 490 lines: the dry profile (what each run keeps and loses), the workspace it runs in and the closing account of
-what was not proven are one procedure, each part written against the others' choices.
 """
 from __future__ import annotations
 
@@ -72,11 +69,10 @@ from gcl.report.settings import Comparison
 # batch of one image, which every real size accepts (FDR's end-of-task outputs met one at 4 x 4)
 POOLED_SIZE = 9
 # settings a narrow network makes numerically unstable, set where they are stable. oEWC's penalty step is stable
-# while lr * 2 * e_lambda * max Fisher < 2, and a narrow network concentrates the Fisher on few weights (seq-cifar10,
-# measured after task 1: max 216 at width 2, 0.13 at width 8, 0.00088 at width 64; after task 2: 6.4 at width 8,
-# 0.0024 at width 64), so at the published e_lambda it diverged from task 2 on at widths 2 to 32, and width 64
-# takes an hour a run on a CPU. At e_lambda 0 the Fisher is still measured at every task end and the penalty still
-# computed and added to every step: every code path runs; only the numbers of a narrow network are left out.
+# while lr * 2 * e_lambda * max Fisher < 2, and a narrow network concentrates the Fisher on few weights, so at the
+# published e_lambda it diverges at the widths a CPU can afford (docs/dryrun.md: the Fisher's size by width). At
+# e_lambda 0 the Fisher is still computed at every task end and the penalty still computed and added to every
+# step: every code path runs; only the numbers of a narrow network are left out.
 NUMERICS = {"oewc": {"e_lambda": 0.0}}
 # what the workspace copies of the project: the pipeline and everything its stages read
 PROJECT_PARTS = ("dvc.yaml", ".dvcignore", ".dvc/config", "stages", "src", "reference", "reproductions", "profiles", "README.md")

@@ -28,8 +28,6 @@ A plug-in method without a run of its own in the profile (STAR's er-star, derpp-
 method's run (the registered method it extends), its own settings at their defaults; `--set KEY=VALUE` (YAML values,
 repeatable) overrides a setting of every timed method that declares it (e.g. `--set star_samples=all`: STAR's term
 in every step, as once the network classifies its buffer correctly; on random images it rarely does).
-
-About 340 lines: the method loops and the bare loop they are measured against share their presets, shapes and flags.
 """
 from __future__ import annotations
 

@@ -208,7 +208,7 @@ def remove_dvc_locks(clone: Path) -> list[str]:
 
 def cell_environment(task: CellTask) -> dict[str, str]:
     """The commands' environment: the clone's own code first on the import path (the train stage must run the code
-    its settings were resolved for), cold stages (a warm server per job would outlive nothing and save ~1 s), and
+    its settings were resolved for), cold stages (a warm server per job would serve one stage and outlive nothing), and
     the task's own changes (its GPUs)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SUBMITIT_")}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(task.clone) / "src"), *filter(None, [env.get("PYTHONPATH")])])

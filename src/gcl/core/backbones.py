@@ -12,9 +12,9 @@ from torch import nn
 
 def compile_extractor(fn: Callable, mode: str) -> Callable:
     """torch.compile with automatic dynamic shapes: the first batch size gets a fixed-shape graph, the second a graph
-    whose batch dimension is symbolic, which every later size reuses (measured: 2 graphs for 13 sizes). With fixed
-    shapes each size was a graph of its own, and after dynamo's limit of 8 per function the rest ran eagerly: a
-    MNIST-360 stream has 9-12 sizes (its segments' last batches). CUDA graphs (mode reduce-overhead) still record
+    whose batch dimension is symbolic, which every later size reuses. With fixed shapes each size would be a graph
+    of its own, and after dynamo's limit of 8 per function the rest would run eagerly, while a MNIST-360 stream has
+    9-12 sizes (its segments' last batches; docs/performance.md). CUDA graphs (mode reduce-overhead) still record
     one graph per size they meet, which needs no recompilation."""
     return torch.compile(fn, mode=mode, dynamic=None)
 

@@ -156,8 +156,7 @@ def environment(device: torch.device, bf16: bool, compiled: str | None = None) -
     the loop enters it wherever the benchmark sets bf16) and a compiled backbone (`compiled`: its torch.compile
     mode, or "eager"), whose fused kernels round differently. On a CPU also torch's CPU capability (the vector
     instructions its kernels dispatch to: AVX2, AVX512, ...): one CPU model name covers machines that offer
-    different instruction sets, whose float32 kernels sum in other orders (measured: 103 of 249 seeds of the
-    default profile kept their Class-IL between an AVX-512 and an AVX2-only machine of the same name)."""
+    different instruction sets, whose float32 kernels sum in other orders (docs/design.md, "Reliability")."""
     env = {"torch": torch.__version__, "device": device_name(device), "threads": torch.get_num_threads(),
            "precision": "bf16" if bf16 else "fp32", "compiled": compiled or "eager"}
     if device.type == "cpu":

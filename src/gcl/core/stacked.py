@@ -9,9 +9,8 @@ get alone, since no parameter is shared; so in float64 a stacked seed matches it
 (tests/test_stacked.py; the ResNet-18's grouped convolutions: gcl.core.stacked_resnet), and in float32 the
 two paths round differently (equal in distribution, not bit for bit).
 
-Why batched matmuls (torch.baddbmm over the seed dimension) rather than torch.func.vmap over stacked state: on
-this project's 2-core CPU, 10 MLP seeds as one batched network took 0.120 ms per seed-step against 0.294 ms as
-separate networks, while vmap took 0.473 ms (plain SGD, one thread, 17 images a step).
+Batched matmuls (torch.baddbmm over the seed dimension) rather than torch.func.vmap over stacked state: faster
+than both vmap and separate networks on a CPU (docs/performance.md, "Stacked seeds").
 """
 from __future__ import annotations
 
@@ -27,12 +26,11 @@ from gcl.core.buffer import ReservoirState, reservoir_pairs, to_device
 
 class _BatchedLinear(torch.autograd.Function):
     """x (S, B, in) @ weight (S, out, in)^T + bias (S, out), with a backward that writes the weight's gradient in the
-    weight's own layout: autograd's backward of the transposed view computed it as (S, in, out) and then copied it
-    into the weight's layout, which made the 784-wide first layer's step 2x slower here (forward and backward of
-    10 seeds x 17 images: 3.1 against 1.2-1.6 ms, one thread). Its input and gradient are taken contiguous: one
-    laid out otherwise (a stacked BatchNorm1d's output, seeds interleaved) is laid out as a lone seed's only in a
-    stack of one, and the CPU sums the bias gradient of such a gradient in another order in larger stacks, which
-    made a CoCa seed's float32 numbers depend on the seeds beside it."""
+    weight's own layout (autograd's backward of the transposed view computes it as (S, in, out) and then copies
+    it, much slower for the 784-wide first layer: docs/performance.md). Its input and gradient are taken
+    contiguous: one laid out otherwise (a stacked BatchNorm1d's output, seeds interleaved) is laid out as a lone
+    seed's only in a stack of one, and the CPU sums the bias gradient of such a gradient in another order in larger
+    stacks, which made a CoCa seed's float32 numbers depend on the seeds beside it."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -51,9 +49,10 @@ class _BatchedLinear(torch.autograd.Function):
 class StackedLinear(nn.Module):
     """S independent linear layers: x (S, B, in) -> (S, B, out), weight (S, out, in), bias (S, out).
 
-    The weight keeps nn.Linear's layout and the product reads it transposed. Stored as (S, in, out) it ran 20%
-    faster forward and backward here, but then a seed's float32 numbers changed with the other seeds of its stack
-    (tests/test_stacking.py), and so with `workers`; in this layout they do not (measured on this CPU)."""
+    The weight keeps nn.Linear's layout and the product reads it transposed. Stored as (S, in, out) it is faster
+    (docs/performance.md), but then a seed's float32 numbers change with the other seeds of its stack
+    (tests/test_stacking.py), and so with `workers`; in this layout they do not (docs/performance.md: on which
+    CPU)."""
 
     def __init__(self, layers: list[nn.Linear]):
         super().__init__()

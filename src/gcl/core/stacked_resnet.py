@@ -26,9 +26,8 @@ class _GroupedConv(torch.autograd.Function):
     serves all seeds, forward and backward. On a CPU both passes go seed by seed, each with a lone seed's own
     kernel: grouped, the CPU takes other kernels for some shapes (the 3-channel stem's forward in stacks of 5, a
     1x1 shortcut's forward on AVX-512 machines, the stem's and the shortcuts' weight gradients), which made a seed's
-    float32 numbers depend on the seeds stacked beside it; seed by seed they cannot. It costs a CPU about 5% (a
-    full-width stack of 3 at batch 16, one thread, on the 2-core AMD EPYC: 1.83-1.90 s a step grouped, 1.97-1.98 s
-    seed by seed), where `stack: auto` leaves the ResNet-18 alone anyway (a stacked step is slower there)."""
+    float32 numbers depend on the seeds stacked beside it; seed by seed they cannot. It costs a CPU a little
+    (docs/performance.md), where `stack: auto` leaves the ResNet-18 alone anyway (a stacked step is slower there)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, stride: tuple, padding: tuple) -> torch.Tensor:

@@ -26,7 +26,7 @@ from gcl.data.benchmark_registry import (  # noqa: F401 (the API)
     training_setting,
 )
 
-# settings that used to sit in a benchmark's block, and where they live now (config refuses them there)
+# keys an older params.yaml has in a benchmark's block, and where they belong (config refuses them there, naming it)
 MOVED_FIELDS = {"label": "report.benchmarks.{name}.label", "threads": "the top-level `threads`"}
 
 

@@ -13,9 +13,6 @@ in the archive's order, each into its place in the tensor, so that only the imag
 decode. Images of more than 8 bits per channel become 8-bit as PIL makes 16-bit colour 8-bit (the high byte of
 each value); 32-bit integer and floating-point images, whose values have no fixed range, are refused. Every
 failure is a SourceError (one line) naming the archive, the member and the fix the reader gives.
-
-About 400 lines: three containers (folder, zip, tar) behind one listing and one decoder, and the cases each gets
-wrong by default (names, links, bit depths, a tar's single pass) answered where they arise.
 """
 from __future__ import annotations
 

@@ -80,8 +80,8 @@ def buffer_field(uses_buffer: bool) -> tuple[Any, Any]:
 def weights_changed() -> None:
     """To be called after every in-place update of weights that a later forward pass in the same step reads.
     Autocast (bf16) casts a weight once per context and reuses that copy until the context exits, so without
-    this, a second update in one context computes with the weights as they were before the first (measured:
-    JOINT, which trains its whole offline phase in one context, stayed at chance under bf16)."""
+    this, a second update in one context computes with the weights as they were before the first (docs/design.md,
+    "Reliability": JOINT under bf16)."""
     torch.clear_autocast_cache()
 
 
@@ -180,7 +180,7 @@ class Method(CarriesState):
     def apply_gradients(self) -> None:
         """Plain SGD, p -= lr * p.grad (no momentum or weight decay: the reference framework's optimiser),
         as one multi-tensor op. The same update as torch.optim.SGD (tested), which is not used because
-        its first construction imports torch._dynamo: ~1.8 s that every train stage would pay."""
+        its first construction imports torch._dynamo, which every train stage would pay (docs/performance.md)."""
         with_grad = [p for p in self.params if p.grad is not None]
         if with_grad:
             torch._foreach_add_(with_grad, [p.grad for p in with_grad], alpha=-self.cfg.lr)

@@ -190,9 +190,9 @@ class GSS(Method):
 
     def score_cosines(self, x: torch.Tensor, y: torch.Tensor, n_new: int) -> tuple[torch.Tensor, torch.Tensor]:
         """`gradient_cosines` of the first n_new samples' loss gradients against the others'. On the MLP (no
-        BatchNorm, so eval mode changes nothing) from the Linear layers' gradient factors, ~2x faster per GSS
-        step than per-sample gradients (every GSS seed of the default profile came out the same); elsewhere
-        from vmap's per-sample gradients."""
+        BatchNorm, so eval mode changes nothing) from the Linear layers' gradient factors, faster than per-sample
+        gradients (docs/performance.md) and the same cosines up to float rounding; elsewhere from vmap's
+        per-sample gradients."""
         if isinstance(self.net, MLP):
             return factored_gradient_cosines(mlp_gradient_factors(self.net, x.float(), y), n_new)
         grads = self.per_sample_grads(x, y)

@@ -13,7 +13,7 @@ How it is computed, and where it departs from the reference framework (mammoth's
 - Per-sample gradients by torch.func (vmap over grad of the one-sample log-likelihood), in chunks of
   `fisher_batch` images; the reference loops over the task's images one by one. Same quantity (tested
   against a per-image loop through conv + BatchNorm). torch.func's first use imports torch._dynamo
-  (about 1 s on the development CPU), once per process that trains an oewc seed.
+  (docs/performance.md), once per process that trains an oewc seed.
 - The true label (the empirical Fisher), as the reference does. The reference also multiplies each
   sample's squared gradient by p(y | x) (its `exp_cond_prob`), which neither the EWC nor the online-EWC
   paper has; here every image weighs the same: the plain mean of the squared gradients.

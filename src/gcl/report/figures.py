@@ -7,9 +7,6 @@ report.sensitivity (the paper's Figure 4).
 
 Every figure is drawn on its own: one that cannot be drawn (degenerate features, a missing file) is skipped
 with a warning and the others are kept.
-
-About 350 lines: the four kinds of figure share the one colour per method, the kept-figure cache and the
-skip-with-a-warning path, which splitting them apart would pass between modules.
 """
 from __future__ import annotations
 

@@ -4,8 +4,7 @@ results; nothing is drawn here.
 Curves: accuracy after every task (average over the tasks seen so far, as the paper's evaluation) or, on
 MNIST-360 (no tasks), after every segment over all digits; mean over seeds. Confusion matrices and t-SNE
 embeddings of report.visualise's runs (first seed), and the sensitivity sweeps of report.sensitivity (the
-paper's Figure 4). About 330 lines: the four kinds of figure data share their readers of the runs and the summary,
-which one module keeps in one place.
+paper's Figure 4).
 """
 from __future__ import annotations
 

@@ -14,9 +14,8 @@ def mask_to_classes(logits: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) ->
 
 
 def evaluation_batch(backbone: str, device: torch.device) -> int:
-    """Images per evaluation batch. A ResNet-18 on a CPU is fastest at a few hundred (measured at width 20, one
-    thread, channels_last: 1.6 ms an image at 256 against 2.4 at 1024, whose activations leave the caches); a GPU
-    and the MLP take 1024. Only the rounding of the logits depends on it."""
+    """Images per evaluation batch: 256 for a ResNet-18 on a CPU (faster than larger batches, whose activations
+    leave the caches: docs/performance.md), else 1024. Only the rounding of the logits depends on it."""
     return 256 if backbone == "resnet18" and device.type == "cpu" else 1024
 
 

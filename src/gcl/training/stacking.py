@@ -59,8 +59,8 @@ def unstackable(training: TrainingSettings, run: RunSettings, device: str | None
 
 def stacks(training: TrainingSettings, run: RunSettings, seeds: int) -> bool:
     """Whether `seeds` seeds of this run train stacked (never one seed): `stack` true where the run stacks, or auto
-    where it stacks and stacking is measured to pay, i.e. on the MLP (docs/performance.md: a stacked ResNet-18 step
-    was slower than lone ones on a CPU, and on a GPU a compiled run, auto there, does not stack)."""
+    where it stacks and stacking pays, i.e. on the MLP (a stacked ResNet-18 step is slower than lone ones on a CPU,
+    docs/performance.md; on a GPU a compiled run, auto there, does not stack)."""
     if seeds < 2 or training.stack is False or unstackable(training, run) is not None:
         return False
     return training.stack is True or training.backbone == "mlp"

@@ -2,7 +2,8 @@
 takes.
 
 `dvc repro` starts one Python process per stage, and importing torch and the library costs each of them
-~1.5-2.5 s, most of a short run's wall time. So dvc.yaml runs each stage script through a launcher,
+seconds, most of a short run's wall time (docs/performance.md). So dvc.yaml runs each stage script through a
+launcher,
 
     cmd: python -m gcl.warm stages/train.py ${key} ${item}     # as `python stages/train.py ${key} ${item}`
 

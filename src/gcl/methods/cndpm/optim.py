@@ -1,10 +1,8 @@
 """CN-DPM's optimiser: Adam over one flat tensor per network, with an on-device "skip this update" mask.
 
-Why not torch.optim.Adam (measured on the 2-core CPU VM, torch 2.14.1, one thread, an MNIST expert's
-classifier at batch 50, forward + backward + update): this one 0.58-0.60 ms per step, torch.optim.Adam
-fused 0.58-0.60 ms, foreach 0.81-0.82 ms; but torch.optim.Adam's first construction in a process costs
-0.88-0.89 s (it imports torch._dynamo: every CN-DPM train stage would pay it), and it has no on-device
-mask, so skipping an unused expert's update would need a host read per expert per step."""
+Why not torch.optim.Adam: its step is no faster than this one, its first construction in a process imports
+torch._dynamo (a cost every CN-DPM train stage would pay; docs/performance.md), and it has no on-device mask, so
+skipping an unused expert's update would need a host read per expert per step."""
 from __future__ import annotations
 
 import torch

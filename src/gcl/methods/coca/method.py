@@ -50,7 +50,7 @@ Settings and where each default comes from:
   ReLU) -> feat (BN, ReLU) -> out, projection 64-d. The paper's text says
   "three hidden layers"; the code's sizes are used.
 - head_norm = "auto": the heads have BatchNorm when the backbone has it (ResNet-18, as the code) and
-  none on the MLP (a departure from the authors' MNIST code, which has it). Reason, measured: MNIST-360
+  none on the MLP (a departure from the authors' MNIST code, which has it). Reason: MNIST-360
   trains at stream batches 1-4, so a head's BatchNorm normalises the stream sample plus the few
   replayed ones of the first steps (2-17 samples); on the bundled stream at batch 1 (beta 16, lr
   0.2/17) that diverged in most seeds within the first steps, while the heads without it train (tests/
