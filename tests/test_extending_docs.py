@@ -77,3 +77,12 @@ def test_the_readme_counts_the_default_profiles_stages():
     for doc in ("README.md", "docs/performance.md"):
         said = re.findall(r"\b(\d+) stages\b", (ROOT / doc).read_text())
         assert said and all(int(n) == count for n in said), (doc, said, count)
+
+
+def test_the_guides_example_method_is_the_one_that_runs():
+    """docs/extending.md shows ER's class as src/gcl/methods/er.py holds it, character for character."""
+    text = (ROOT / "docs" / "extending.md").read_text()
+    shown = text.split("```python\n", 1)[1].split("\n```", 1)[0]
+    source = (ROOT / "src" / "gcl" / "methods" / "er.py").read_text()
+    assert shown.startswith("@register\nclass ER(Method):") and shown in source, \
+        "docs/extending.md's example differs from src/gcl/methods/er.py: copy the class again"

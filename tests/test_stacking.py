@@ -101,23 +101,36 @@ def test_stacked_seeds_train_exactly_as_each_seed_alone(tiny_mnist360, float64, 
 def test_a_stacked_seeds_final_state_comes_back_to_its_own_network_and_method(tiny_mnist360, float64, monkeypatch,
                                                                             key):
     """The stacked trainer copies each seed's weights back into that seed's own network, and its method's own
-    modules (CoCa's heads, CLS-ER's memories) into its own method: seen through them, equal to the lone run's."""
+    modules (CoCa's heads, CLS-ER's memories) into its own method: seen through them, equal to the lone run's; and
+    each seed's part of the stacked buffer holds what its lone buffer holds."""
     import gcl.training.stacking as module
     bench, cfg = tiny_mnist360
     run = RUNS[key]
     kept, original = {}, module.setup_seed
+    groups, original_stack = [], Method.stack
 
     def keeping(*args, **kwargs):
         kept[args[3]] = original(*args, **kwargs)
         return kept[args[3]]
+
+    def keeping_group(self, lone):
+        original_stack(self, lone)
+        groups.append(self)
     monkeypatch.setattr(module, "setup_seed", keeping)
+    monkeypatch.setattr(Method, "stack", keeping_group)
     train_stacked(bench, cfg, run, [0, 1], CPU)
-    for seed in (0, 1):
+    [group] = groups
+    for s, seed in enumerate((0, 1)):
         alone = setup_seed(bench, cfg, run, seed, CPU)
         alone.loop.run(progress=_Quiet())
         mine, theirs = final_state(kept[seed]), final_state(alone)
         assert len(mine) == {"er": 6, "coca": 6 + 8, "clser": 3 * 6}[key]
         assert all(relative_close(a, b) for a, b in zip(mine, theirs))
+        # the buffer too: the same samples in the same slots (CoCa's stored logits to rounding)
+        buffer, lone_buffer = group.buffer.seed_state(s), alone.method.buffer.state_dict()
+        assert buffer["seen"] == lone_buffer["seen"] and set(buffer["fields"]) == set(lone_buffer["fields"])
+        for name, field in buffer["fields"].items():
+            assert relative_close(field, lone_buffer["fields"][name]), (seed, name)
 
 
 def test_a_leak_between_seeds_is_caught(tiny_mnist360, float64, monkeypatch):
