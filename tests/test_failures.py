@@ -53,6 +53,26 @@ def test_a_nan_loss_names_its_first_step(tiny_mnist360, monkeypatch):
         run_seed(bench, cfg, ER, 0, CPU)
 
 
+def test_a_stacked_seeds_nan_loss_names_the_seed_and_its_first_step(tiny_mnist360, monkeypatch):
+    """In a stacked group only seed 1's loss turns NaN, from its step 7: the group stops naming seed 1 and step 7
+    (not its evaluation's step), and a group resumed from a checkpoint inside that window would name it too."""
+    from gcl.methods.er import ER as ERMethod
+    from gcl.training.train import train_stacked
+    bench, cfg = tiny_mnist360
+    original, calls = ERMethod.observe, []
+
+    def nan_in_seed_1_from_step_7(self, x, y, x_raw):
+        calls.append(1)
+        loss = original(self, x, y, x_raw)
+        if len(calls) > 7:
+            loss = loss * torch.tensor([1.0, float("nan"), 1.0])
+        return loss
+
+    monkeypatch.setattr(ERMethod, "observe", nan_in_seed_1_from_step_7)
+    with pytest.raises(DivergenceError, match=r"seed\(s\) \[1\]: the loss became non-finite \(NaN or inf\) at step 7 of"):
+        train_stacked(bench, cfg, ER, [0, 1, 2], CPU)
+
+
 def test_json_is_written_strictly(tmp_path):
     with pytest.raises(ValueError):
         write_json(tmp_path / "m.json", {"class_il": float("nan")})

@@ -31,6 +31,7 @@ class Seeds:
         if not stacked and len(generators) != 1:
             raise ValueError(f"a lone seed has one generator, not {len(generators)}")
         self.generators, self.stacked = list(generators), stacked
+        self._rows_on: dict[torch.device, torch.Tensor] = {}
 
     @property
     def count(self) -> int:
@@ -61,7 +62,14 @@ class Seeds:
         """Each seed's rows `idx` of its own `t`: t[idx] alone; stacked, t (S, N, ...) and idx (S, k)."""
         if not self.stacked:
             return t[idx]
-        return t[torch.arange(self.count, device=t.device).unsqueeze(1), idx]
+        return t[self._rows(t.device), idx]
+
+    def _rows(self, device: torch.device) -> torch.Tensor:
+        """(S, 1): each seed's row, made once per device (a step may take several batches)."""
+        rows = self._rows_on.get(device)
+        if rows is None:
+            rows = self._rows_on[device] = torch.arange(self.count, device=device).unsqueeze(1)
+        return rows
 
     def per_sample(self, fn: Callable[..., torch.Tensor], *tensors: torch.Tensor) -> torch.Tensor:
         """fn of batches, for a function written sample by sample over one batch, applied to every seed's samples at

@@ -123,8 +123,9 @@ class StreamLoop:
         self.records = [SeedRecord() for _ in setups]
         shape = (len(setups),) if self.stacked else ()
         self.loss_sum, self.loss_steps = torch.zeros(shape, device=device), 0
-        # each seed's first step whose loss was not finite (-1: none), kept on the device, read at evaluations only
-        self.first_bad = torch.full(shape, -1, dtype=torch.long, device=device)
+        # the losses since the last evaluation (loss_steps of them), kept on the device and read only where their
+        # sum is no longer finite, to name the first step that was not
+        self.window: list[torch.Tensor] = []
         self.seconds = 0.0     # training time of earlier attempts (a resumed group)
 
     # the streams' images and labels on the device, copied when the loop first uses them
@@ -137,8 +138,9 @@ class StreamLoop:
     def state(self, seconds: float) -> dict:
         """What a checkpoint holds; `seconds`: the training time of this and earlier attempts."""
         records = [{"rows": r.rows, "loss_curve": r.loss_curve, "eval_seconds": r.eval_seconds} for r in self.records]
+        window = torch.stack(self.window).cpu() if self.window else torch.zeros((0, *self.loss_sum.shape))
         return {"loop": {"step": self.step, "task": self.task, "seeds": records, "loss_sum": self.loss_sum.cpu(),
-                         "loss_steps": self.loss_steps, "first_bad": self.first_bad.cpu(), "seconds": seconds},
+                         "loss_steps": self.loss_steps, "window": window, "seconds": seconds},
                 "method": self.method.state_dict(),
                 "rng": {"global": global_rng_states(self.device),
                         "runs": [g.get_state() for g in self.method.seeds.generators],
@@ -150,7 +152,7 @@ class StreamLoop:
             raise ValueError(f"a checkpoint of {len(loop['seeds'])} seeds does not fit a group of {len(self.records)}")
         self.step, self.task, self.seconds = loop["step"], loop["task"], loop["seconds"]
         self.loss_sum, self.loss_steps = loop["loss_sum"].to(self.device), loop["loss_steps"]
-        self.first_bad = loop["first_bad"].to(self.device)
+        self.window = list(loop["window"].to(self.device).unbind(0))
         self.records = [SeedRecord(r["rows"], r["loss_curve"], r["eval_seconds"]) for r in loop["seeds"]]
         self.method.load_state_dict(saved["method"])
         restore_global_rng_states(rng["global"], self.device)
@@ -170,12 +172,18 @@ class StreamLoop:
         return f"seed(s) {[self.setups[s].seed for s in bad]}: " if self.stacked else ""
 
     def check_finite(self, step: int) -> None:
+        """Refuse a group whose loss since the last evaluation (up to `step`) or whose weights stopped being finite,
+        naming the first step whose loss was not (and the seeds, stacked)."""
         steps = self.stream.steps
-        firsts = self.first_bad.reshape(-1).tolist()      # one host synchronisation for the whole group
-        bad = [s for s, first in enumerate(firsts) if first >= 0]
+        finite = torch.isfinite(self.loss_sum).reshape(-1).tolist()     # one host synchronisation for the group
+        bad = [s for s, fine in enumerate(finite) if not fine]
         if bad:
-            raise DivergenceError(f"{self._who(bad)}the loss became non-finite (NaN or inf) at step "
-                                  f"{firsts[bad[0]]} of {steps}: the learning rate or a loss weight is probably too high")
+            first = step - len(self.window) + 1
+            losses = torch.stack(self.window).reshape(len(self.window), -1)[:, bad[0]]
+            where = (~torch.isfinite(losses)).nonzero()
+            at = f"at step {first + int(where[0])}" if len(where) else f"(its sum overflowed) by step {step}"
+            raise DivergenceError(f"{self._who(bad)}the loss became non-finite (NaN or inf) {at} of {steps}: the "
+                                  "learning rate or a loss weight is probably too high")
         # every parameter together, each seed's apart (CN-DPM has none before its first expert)
         finite = [torch.isfinite(p.flatten(1)).all(1) if self.stacked else torch.isfinite(p).all()
                   for p in self.method.params]
@@ -225,7 +233,7 @@ class StreamLoop:
             with amp():
                 loss = method.observe(self.train_transform(x_raw), y, x_raw)
             self.loss_sum += loss
-            self.first_bad.masked_fill_((self.first_bad < 0) & ~torch.isfinite(loss), step)
+            self.window.append(loss)
             self.loss_steps += 1
             task_ended = bool(task_ends) and step == task_ends[self.task]
             if task_ended:
@@ -244,6 +252,7 @@ class StreamLoop:
                     record.loss_curve.append(total / max(self.loss_steps, 1))
                 self.loss_sum.zero_()
                 self.loss_steps = 0
+                self.window = []
                 self.evaluate_now(of_final_model=step == stream.steps - 1 and not changes_at_finish(method))
                 timer.start()
             self.step = step + 1
