@@ -3,12 +3,12 @@ import numpy as np
 import pytest
 import torch
 
-from gcl.core.buffer import ReservoirBuffer, reservoir_slots
+from gcl.core.buffer import ReservoirBuffer, reservoir_pairs
 
 
 def test_fills_in_order_until_capacity():
-    pos, slots = reservoir_slots(seen=0, batch=5, capacity=8, generator=torch.Generator().manual_seed(0))
-    assert pos.tolist() == [0, 1, 2, 3, 4] and slots.tolist() == [0, 1, 2, 3, 4]
+    pairs = reservoir_pairs(seen=0, batch=5, capacity=8, generator=torch.Generator().manual_seed(0))
+    assert pairs == [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)]
 
 
 def test_vectorised_insertion_equals_one_by_one_insertion():

@@ -55,8 +55,8 @@ CELLS = {("coca", "200"): [60.8, 61.0, 61.2], ("er", "200"): [50.0, 52.0, 51.0],
 
 def display() -> Display:
     data = {"seeds": [0, 1, 2], "benchmarks": {"mnist-360": {"source": "mnist", "kind": "mnist-360", "has_tasks": False}},
-            "methods": {"coca": {"label": "CoCa"}, "er": {"label": "ER"}, "clser": {"label": "CLS-ER"}},
-            "runs": {}, "caveats": {}, "report": {}}
+            "methods": {"coca": {}, "er": {}, "clser": {}}, "runs": {}, "caveats": {},
+            "report": {"methods": {"coca": {"label": "CoCa"}, "er": {"label": "ER"}, "clser": {"label": "CLS-ER"}}}}
     return Display(ResolvedReport.from_json(data))
 
 

@@ -40,7 +40,7 @@ def add(resolved, benchmark, method, buffer, accs, algorithm=None, settings=None
     run = {"benchmark": benchmark, "method": method, "buffer": buffer, "algorithm": algorithm or method, "lr": 0.1,
            **(settings or {})}
     resolved["runs"][f"{benchmark}-{method}-{buffer}"] = run
-    resolved["methods"].setdefault(method, {"algorithm": algorithm or method, "label": None, "paper_row": None})
+    resolved["methods"].setdefault(method, {"algorithm": algorithm or method})
     fake_run(benchmark, method, buffer, accs, run=run, **kw)
 
 
@@ -163,22 +163,22 @@ def test_ablation_uses_the_all_off_configuration_where_it_ran(resolved):
     assert t3["ER (all off)"]["B=200 ours"] == "48.00 ± 1.41 ≈" and t3["ER (all off)"]["B=200 paper"] == "49.27"
 
 
-def test_registered_label_and_paper_row_are_defaults(resolved):
-    add(resolved, "mnist-360", "derpp", 200, [57.0, 57.0])
-    resolved["report"]["methods"].pop("derpp")
-    resolved["methods"]["derpp"] = {"algorithm": "derpp", "label": "DER++ (registered)", "paper_row": "der"}
+def test_a_method_the_report_does_not_name_shows_its_key_beside_its_algorithms_paper_row(resolved):
+    add(resolved, "mnist-360", "er-again", 200, [57.0, 57.0], algorithm="er")
+    add(resolved, "mnist-360", "er-ace", 200, [58.0, 58.0])
+    resolved["report"]["methods"].pop("er-ace", None)
     write_report(resolved, "results", PAPER)
     t1 = table(section(section(tables_md(), "## Table 1: Class-IL"), "### mnist-360"))
-    assert t1["DER++ (registered)"]["B=200 paper"] == "54.16"
+    assert t1["er-again"]["B=200 paper"] == "49.27"       # the paper's ER
+    assert t1["er-ace"]["B=200 paper"] == "-"            # a row the paper's file lacks: no number
 
 
 def test_a_method_sent_to_its_own_papers_table_is_read_there_despite_no_coca_paper_row(resolved):
-    """ER-ACE is registered with no CoCa-paper row ('-'); a profile that sends it to the ER-ACE paper's table
-    (paper_table: erace_paper) must show that paper's number, not '-'."""
+    """ER-ACE has no CoCa-paper row; a profile that sends it to the ER-ACE paper's table (paper_table: erace_paper)
+    must show that paper's number, not '-'."""
     resolved["benchmarks"]["online-cifar10"] = {"label": "online", "source": "cifar10", "kind": "sequential",
                                                 "has_tasks": True}
     add(resolved, "online-cifar10", "er-ace", 1000, [46.0, 47.0], task_il=83.0)
-    resolved["methods"]["er-ace"]["paper_row"] = "-"                      # as gcl.methods.erace registers it
     resolved["report"]["methods"]["er-ace"] = {"label": "ER-ACE", "paper_table": "erace_paper"}
     write_report(resolved, "results", PAPER)
     t1 = table(section(section(tables_md(), "## Table 1: Class-IL"), "### online-cifar10"))

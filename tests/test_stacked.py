@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from gcl.core.backbones import MLP
 from gcl.core.buffer import ReservoirBuffer
-from gcl.core.stacked import StackedMLP, StackedReservoir, flat_seeds, stack_sequential, unstack_sequential
+from gcl.core.stacked import StackedMLP, flat_seeds, stack_sequential, unstack_sequential
 
 S, B, CLASSES = 4, 5, 10
 SHAPE = (1, 28, 28)
@@ -71,7 +71,7 @@ def fill(buffers, stacked, generator, steps=12, batch=3):
 def test_a_stacked_reservoir_keeps_and_draws_what_each_seeds_lone_buffer_does():
     capacity = 7
     lone = [ReservoirBuffer(capacity, "cpu", torch.Generator().manual_seed(s)) for s in range(S)]
-    stacked = StackedReservoir(capacity, "cpu", [torch.Generator().manual_seed(s) for s in range(S)])
+    stacked = ReservoirBuffer(capacity, "cpu", [torch.Generator().manual_seed(s) for s in range(S)])
     data = torch.Generator().manual_seed(99)
     fill(lone, stacked, data)
     assert len(stacked) == capacity and stacked.seen == 36
@@ -85,13 +85,15 @@ def test_a_stacked_reservoir_keeps_and_draws_what_each_seeds_lone_buffer_does():
         for s, buffer in enumerate(lone):
             bx, by = buffer.sample(size, "examples", "labels")
             assert torch.equal(x[s], bx) and torch.equal(y[s], by)
+    examples, = stacked.get("examples")
+    assert [torch.equal(examples[s], buffer.get("examples")[0]) for s, buffer in enumerate(lone)] == [True] * S
 
 
 def test_a_seed_drawing_from_anothers_generator_is_caught():
     """The equivalence above fails when one seed's decisions leak into another's (here: two seeds share one
     generator, as a stacked buffer that kept a single generator would)."""
     shared = torch.Generator().manual_seed(0)
-    leaky = StackedReservoir(7, "cpu", [shared, shared] + [torch.Generator().manual_seed(s) for s in (2, 3)])
+    leaky = ReservoirBuffer(7, "cpu", [shared, shared] + [torch.Generator().manual_seed(s) for s in (2, 3)])
     lone = [ReservoirBuffer(7, "cpu", torch.Generator().manual_seed(s)) for s in range(S)]
     fill(lone, leaky, torch.Generator().manual_seed(99))
     differs = [not torch.equal(leaky.seed_state(s)["fields"]["examples"], lone[s].fields["examples"])

@@ -41,7 +41,7 @@ def noisy_start(noise=NOISE):
 def observe_at(m):
     """One observe of the stream batch, torch's global generator seeded as noisy_start has it."""
     torch.manual_seed(NOISE_SEED)
-    return m.observe(X, Y, X)
+    return m.step(X, Y, X)
 
 
 class Linear(nn.Module):
@@ -296,7 +296,7 @@ def test_the_passes_a_step_makes_and_batchnorms_statistics_as_mammoths(case):
     fix_draws(m, [0, 2, 3, 1], [4, 5])
     sx = BUF_X[[0, 2, 3, 1]].float()
     lin, bn = copy.deepcopy(m.net.body[0]), copy.deepcopy(m.net.body[1])   # theta's first layers, by hand
-    m.observe(X.float(), Y, X.float())
+    m.step(X.float(), Y, X.float())
     if case == "applied":
         assert m.star_steps == 1 and m.net.passes == [4, 4, 4] and m.proxy.passes == [4]
     else:

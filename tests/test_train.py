@@ -196,12 +196,13 @@ def test_the_final_confusion_matrix_is_the_final_models_and_costs_no_extra_pass(
     model either way; only the evaluation passes run (no pass of its own)."""
     from gcl.data import sequential
     from gcl.training import train
+    from gcl.training.evaluate import Evaluator
 
     settings = sequential_settings(epochs=1, augment=False)
     bench = sequential.build_benchmark(synthetic_source(per_class=20), settings.data())
     cfg = run_settings(method, lr=0.1, batch=10, **({"buffer": 20, "replay_batch": 10} if method == "er" else {}))
-    passes, original = [], train.Evaluator.__call__
-    monkeypatch.setattr(train.Evaluator, "__call__", lambda self, predict: (passes.append(1), original(self, predict))[1])
+    passes, original = [], Evaluator.__call__
+    monkeypatch.setattr(Evaluator, "__call__", lambda self, predict: (passes.append(1), original(self, predict))[1])
     s = train.setup_seed(bench, settings.training(), cfg, 0, CPU)
     [scores] = s.loop.run(train.StreamProgress(train.Progress(method), s.stream, True, 1, 0))
     result = train.seed_result(s, s.loop.records[0], scores, bench, settings.training(), CPU)

@@ -343,8 +343,8 @@ def resolve_run(params: dict, key: str, top: TopLevel | None = None) -> Resolved
 
 def resolve_report(params: dict, runs: dict[str, ResolvedRun] | None = None) -> dict:
     """What the report reads (JSON, resolved/runs/report.json): the runs (flat), the benchmarks' display settings,
-    the seeds (the profile's, and each run's own), the methods' registered display defaults (algorithm, and a
-    class's `label` / `paper_row`) and the report block.
+    the seeds (the profile's, and each run's own), each named method's algorithm and the report block (which alone
+    names rows and paper rows).
     `runs`: the runs as resolve_run gives them, when the caller has resolved them already."""
     from gcl.methods import METHODS
     report = _validate(ReportSettings, params.get("report"), "report")
@@ -362,7 +362,7 @@ def resolve_report(params: dict, runs: dict[str, ResolvedRun] | None = None) -> 
     methods = {}
     for name in params["methods"]:
         cls = METHODS[algorithm_of(params, name)]
-        methods[name] = {"algorithm": cls.name, "label": cls.label, "paper_row": cls.paper_row}
+        methods[name] = {"algorithm": cls.name}
     cells = {(run.benchmark, f"{run.method}/{run.buffer}") for run in runs.values()}
     if report.visualise:
         missing = [c for c in report.visualise.cells if (report.visualise.benchmark, c) not in cells]

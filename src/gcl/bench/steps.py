@@ -170,7 +170,7 @@ def method_loop(key: str, params: dict, preset: Preset, args, device: torch.devi
     def observe(batches):
         x_raw, y = batches()
         with autocast(device, precision):
-            return method.observe(train_transform(x_raw), y, x_raw)
+            return method.step(train_transform(x_raw), y, x_raw)
 
     with autocast(device, precision):
         if boundaries:

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gcl.core.buffer import ReservoirBuffer
-from gcl.core.stacked import StackedBatchNorm, StackedReservoir, flat_seeds, stack_sequential, unstack_state
+from gcl.core.buffer import ReservoirBuffer, seed_rows
+from gcl.core.stacked import StackedBatchNorm, flat_seeds, stack_sequential, unstack_state
 from gcl.core.stacked_resnet import stack_networks
 
 
@@ -31,7 +31,6 @@ class Seeds:
         if not stacked and len(generators) != 1:
             raise ValueError(f"a lone seed has one generator, not {len(generators)}")
         self.generators, self.stacked = list(generators), stacked
-        self._rows_on: dict[torch.device, torch.Tensor] = {}
 
     @property
     def count(self) -> int:
@@ -62,14 +61,7 @@ class Seeds:
         """Each seed's rows `idx` of its own `t`: t[idx] alone; stacked, t (S, N, ...) and idx (S, k)."""
         if not self.stacked:
             return t[idx]
-        return t[self._rows(t.device), idx]
-
-    def _rows(self, device: torch.device) -> torch.Tensor:
-        """(S, 1): each seed's row, made once per device (a step may take several batches)."""
-        rows = self._rows_on.get(device)
-        if rows is None:
-            rows = self._rows_on[device] = torch.arange(self.count, device=device).unsqueeze(1)
-        return rows
+        return t[seed_rows(self.count, t.device), idx]
 
     def per_sample(self, fn: Callable[..., torch.Tensor], *tensors: torch.Tensor) -> torch.Tensor:
         """fn of batches, for a function written sample by sample over one batch, applied to every seed's samples at
@@ -127,11 +119,9 @@ class Seeds:
 
     # ------------------------------------------------------------------ state
 
-    def reservoir(self, capacity: int, device: torch.device) -> ReservoirBuffer | StackedReservoir:
+    def reservoir(self, capacity: int, device: torch.device) -> ReservoirBuffer:
         """The seeds' reservoir buffer: each seed's decisions from its own generator."""
-        if not self.stacked:
-            return ReservoirBuffer(capacity, device, self.generators[0])
-        return StackedReservoir(capacity, device, self.generators)
+        return ReservoirBuffer(capacity, device, self.generators if self.stacked else self.generators[0])
 
 
 # ---------------------------------------------------------------------------- a method's state, stacked and back

@@ -1,9 +1,8 @@
-"""Seeds stacked: S seeds' networks as one network whose parameters carry a leading seed dimension, and their
-reservoir buffers as one set of tensors, so that one forward, one backward and one update serve every seed.
+"""Seeds stacked: S seeds' networks as one network whose parameters carry a leading seed dimension, so that one
+forward, one backward and one update serve every seed (their buffers: gcl.core.buffer, stacked).
 
 Each seed keeps what is its own: its weights (initialised as its own network was: a stacked network stacks
-networks built one by one), its buffer's contents and its random decisions (each seed's reservoir draws from
-that seed's generator, in the order a seed trained alone draws). Inputs and outputs carry the seed dimension
+networks built one by one). Inputs and outputs carry the seed dimension
 first: (S, B, ...). A loss that sums the seeds' losses gives each seed's parameters exactly the gradient it would
 get alone, since no parameter is shared; so in float64 a stacked seed matches its lone run to rounding
 (tests/test_stacked.py; the ResNet-18's grouped convolutions: gcl.core.stacked_resnet), and in float32 the
@@ -21,7 +20,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from gcl.core.backbones import MLP
-from gcl.core.buffer import ReservoirState, reservoir_pairs, to_device
 
 
 class _BatchedLinear(torch.autograd.Function):
@@ -167,62 +165,6 @@ class StackedMLP(nn.Module):
         for stacked, layer in ((self.fc1, net.body[1]), (self.fc2, net.body[3]), (self.classifier, net.classifier)):
             unstack_state(stacked, s, layer)
         return net
-
-
-class StackedReservoir(ReservoirState):
-    """S reservoir buffers (gcl.core.buffer.ReservoirBuffer) of one capacity, filled and sampled together: fields
-    (S, capacity, ...). Every seed sees batches of one size (a run's seeds share their stream's batch sizes), so
-    every seed has seen as many samples; which slots a batch takes and which slots a replay draws are each seed's
-    own decisions, from its own generator, drawn as its lone buffer draws them. Its state_dict holds every seed's
-    buffer (a stacked group's checkpoint)."""
-
-    def __init__(self, capacity: int, device: torch.device | str, generators: list[torch.Generator]):
-        if capacity <= 0:
-            raise ValueError(f"buffer capacity must be positive, got {capacity}")
-        self.capacity, self.device, self.generators = capacity, torch.device(device), generators
-        self.seen = 0
-        self.fields: dict[str, torch.Tensor] = {}
-
-    @property
-    def seeds(self) -> int:
-        return len(self.generators)
-
-    def __len__(self) -> int:
-        return min(self.seen, self.capacity)
-
-    def is_empty(self) -> bool:
-        return self.seen == 0
-
-    def add(self, **values: torch.Tensor) -> None:
-        """Offer each seed its batch (every field (S, B, ...))."""
-        batch = next(iter(values.values())).shape[1]
-        if not self.fields:
-            self.fields = {name: torch.zeros((self.seeds, self.capacity, *v.shape[2:]), dtype=v.dtype,
-                                             device=self.device) for name, v in values.items()}
-        # each seed's decisions as plain Python (a few scalars a seed), then one index tensor for all seeds
-        writes = [(s, i, slot) for s, generator in enumerate(self.generators)
-                  for i, slot in reservoir_pairs(self.seen, batch, self.capacity, generator)]
-        self.seen += batch
-        if not writes:
-            return
-        rows, positions, slots = to_device(torch.tensor(writes, dtype=torch.long).T.contiguous(), self.device)
-        for name, v in values.items():
-            self.fields[name][rows, slots] = v.detach()[rows, positions].to(self.fields[name].dtype)
-
-    def sample_indices(self, size: int) -> torch.Tensor:
-        """(S, k): each seed's distinct random slots among the filled ones (all of them if fewer than `size`)."""
-        picks = [torch.randperm(len(self), generator=g)[:size] for g in self.generators]
-        return to_device(torch.stack(picks), self.device)
-
-    def sample(self, size: int, *names: str) -> tuple[torch.Tensor, ...]:
-        idx = self.sample_indices(size)
-        rows = torch.arange(self.seeds, device=self.device).unsqueeze(1)
-        return tuple(self.fields[n][rows, idx] for n in names)
-
-    def seed_state(self, s: int) -> dict:
-        """Seed `s`'s buffer as its lone ReservoirBuffer's state_dict."""
-        return {"capacity": self.capacity, "seen": self.seen,
-                "fields": {k: v[s].detach().clone() for k, v in self.fields.items()}}
 
 
 def flat_seeds(t: torch.Tensor) -> torch.Tensor:

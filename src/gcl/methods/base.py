@@ -135,8 +135,6 @@ class Method(CarriesState):
 
     name: ClassVar[str]
     summary: ClassVar[str] = ""          # one line for the settings reference
-    label: ClassVar[str | None] = None       # the report's name for its rows (None: its name; report.methods overrides)
-    paper_row: ClassVar[str | None] = None   # the paper's row its rows sit beside ('-': none; None: its name)
     needs_boundaries: ClassVar[bool] = False
     uses_buffer: ClassVar[bool] = False  # takes a buffer size (runs.<name>.buffer) ...
     reservoir: ClassVar[bool] = True     # ... and keeps it as the shared reservoir (False: a memory of its own)
@@ -158,21 +156,46 @@ class Method(CarriesState):
         self.cfg = cfg       # an instance of this method's Run
         self.ctx = ctx
         self.seeds = ctx.seeds   # what a step joins, reduces and draws through (gcl.core.seeds)
+        self._extra_gradients = None   # a plug-in's, for this step's sgd_step (set by `step`)
         self.params = [p for p in net.parameters() if p.requires_grad]   # what an update moves; heads append
         self.buffer = (ctx.seeds.reservoir(cfg.buffer, ctx.device)
                        if self.uses_buffer and self.reservoir else None)
         if ctx.seeds.stacked and self.trains_alone:
             raise TypeError(f"{self.name} trains its seeds alone: {self.trains_alone}")
 
+    def step(self, x: torch.Tensor, y: torch.Tensor, x_raw: torch.Tensor) -> torch.Tensor:
+        """What the loop calls for a stream batch: a plug-in's `extra_gradients` first (before the method draws
+        anything), then `observe`, whose `sgd_step` adds them to its own gradient. Returns the detached loss."""
+        self._extra_gradients = self.extra_gradients()
+        try:
+            loss = self.observe(x, y, x_raw)
+            if self._extra_gradients is not None:
+                raise TypeError(f"{self.name}: its update does not take a plug-in's gradients (they are added by "
+                                "sgd_step, which its observe does not call)")
+            return loss
+        finally:
+            self._extra_gradients = None
+
     def observe(self, x: torch.Tensor, y: torch.Tensor, x_raw: torch.Tensor) -> torch.Tensor:
         """One update on the (augmented) batch `x`; `x_raw` is the non-augmented batch. Returns the detached loss."""
         raise NotImplementedError
 
+    def extra_gradients(self) -> list[torch.Tensor | None] | None:
+        """A plug-in's hook (STAR): gradients for each of `self.params` (None where none), which this step's
+        `sgd_step` adds to the method's own; taken before the method's own draws. None: no extra term this step."""
+        return None
+
     def sgd_step(self, loss: torch.Tensor) -> torch.Tensor:
-        """One SGD step on `loss` (each seed's, stacked); returns it detached."""
+        """One SGD step on `loss` (each seed's, stacked) plus the step's extra gradients; returns it detached."""
         for p in self.params:
             p.grad = None
         self.seeds.total(loss).backward()
+        extra, self._extra_gradients = self._extra_gradients, None
+        if extra is not None:
+            with torch.no_grad():
+                for p, g in zip(self.params, extra):
+                    if g is not None:
+                        p.grad = g if p.grad is None else p.grad.add_(g)
         self.apply_gradients()
         return loss.detach()
 

@@ -121,8 +121,6 @@ class CLSERSettings(ReplaySettings):
 class CLSER(Method):
     name = "clser"
     capturable = True
-    label = "CLS-ER"
-    paper_row = "-"
     summary = ("CLS-ER: ER plus a consistency loss towards a plastic and a stable moving-average memory; the stable "
                "one is evaluated (Arani et al., ICLR 2022)")
     uses_buffer = True

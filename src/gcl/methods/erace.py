@@ -37,8 +37,6 @@ class ERACESettings(ReplaySettings):
 class ERACE(Method):
     name = "er-ace"
     capturable = True
-    label = "ER-ACE"
-    paper_row = "-"
     summary = ("ER with the asymmetric cross-entropy: the stream batch's loss over the classes in that batch, "
                "the replayed batch's over all classes (Caccia et al., ICLR 2022)")
     uses_buffer = True

@@ -75,8 +75,6 @@ class ESMER(Method):
     trains_alone = ("each seed keeps its own number of stream samples (those its memory finds easy), which the stacked "
                     "buffer, one count for all seeds, does not hold")
     name = "esmer"
-    label = "ESMER"
-    paper_row = "-"
     summary = ("ESMER: ER whose stream loss is scaled down for samples of large error under a semantic memory (a "
                "moving average), which alone are kept out of the buffer (Sarfraz et al., ICLR 2023)")
     uses_buffer = True

@@ -72,8 +72,6 @@ class PCRSettings(ReplaySettings):
 class PCR(Method):
     trains_alone = "its views are drawn image by image by torchvision's transforms from the global generator"
     name = "pcr"
-    label = "PCR"
-    paper_row = "-"
     summary = ("PCR: a contrastive loss of the stream and replayed batches, each with an augmented view, against the "
                "cosine head's class proxies of the classes in the batch (Lin et al., CVPR 2023)")
     uses_buffer = True

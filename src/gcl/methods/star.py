@@ -88,8 +88,8 @@ def has_running_stats(net: nn.Module) -> bool:
 
 
 class STAR(Method):
-    """The plug-in: a base replay method (ER, DER++) after it in the bases, whose `observe` runs after STAR's
-    gradient is computed and whose `sgd_step` gets that gradient added (STARSettings in its Settings)."""
+    """The plug-in: a base replay method (ER, DER++) after it in the bases, whose update (`sgd_step`) adds STAR's
+    `extra_gradients` to its own (STARSettings in its Settings)."""
     trains_alone = ("its step branches on how many buffer samples each seed's network classifies correctly, a decision "
                     "taken on the host for one network")
 
@@ -100,7 +100,6 @@ class STAR(Method):
         super().__init__(net, cfg, ctx)
         self.proxy = copy.deepcopy(net).train()   # scratch: set from the network at every STAR step
         self.star_steps = 0          # steps whose gradient had a STAR term (extra_metrics)
-        self._star_grads: list[torch.Tensor | None] | None = None
         self._weights = perturbed_params(net)
         self._proxy_weights = perturbed_params(self.proxy)
         # what the proxy takes from the network at every STAR step: its parameters and buffers, in one order
@@ -110,28 +109,13 @@ class STAR(Method):
 
     # ------------------------------------------------------------------ the step
 
-    def observe(self, x, y, x_raw):
-        self._star_grads = None
-        if self.cfg.lam > 0 and not self.buffer.is_empty():
-            buf_x, buf_y = self.replay_batch(self.cfg.replay_batch, "labels")
-            self._star_grads = self.star_gradients(buf_x, buf_y)
-        try:
-            return super().observe(x, y, x_raw)
-        finally:
-            self._star_grads = None
-
-    def sgd_step(self, loss: torch.Tensor) -> torch.Tensor:
-        """The base method's gradient at theta plus STAR's, taken at the perturbed weights, in one SGD step."""
-        for p in self.params:
-            p.grad = None
-        loss.backward()
-        if self._star_grads is not None:
-            with torch.no_grad():
-                for p, g in zip(self.params, self._star_grads):
-                    if g is not None:
-                        p.grad = g if p.grad is None else p.grad.add_(g)
-        self.apply_gradients()
-        return loss.detach()
+    def extra_gradients(self) -> list[torch.Tensor | None] | None:
+        """STAR's gradient at the perturbed weights (None: no term this step: lam 0, an empty buffer, or too few
+        correct samples); its buffer batch drawn before the base method's draws, as the reference draws."""
+        if self.cfg.lam == 0 or self.buffer.is_empty():
+            return None
+        buf_x, buf_y = self.replay_batch(self.cfg.replay_batch, "labels")
+        return self.star_gradients(buf_x, buf_y)
 
     def counted(self, target: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """1 for each sample the KL runs over (the correctly classified ones, or all), else 0."""
@@ -202,8 +186,6 @@ class DERppSTARSettings(STARSettings, DERppSettings):
 @register
 class ERSTAR(STAR, ER):
     name = "er-star"
-    label = "ER-STAR"
-    paper_row = "-"
     summary = ("ER plus STAR: a KL term on correctly classified buffer samples between the network and its worst-case "
                "weight perturbation, its gradient taken at the perturbed weights (Eskandar et al., ICLR 2025)")
     Settings = ERSTARSettings
@@ -212,8 +194,6 @@ class ERSTAR(STAR, ER):
 @register
 class DERppSTAR(STAR, DERpp):
     name = "derpp-star"
-    label = "DER++-STAR"
-    paper_row = "-"
     summary = ("DER++ plus STAR: a KL term on correctly classified buffer samples between the network and its "
                "worst-case weight perturbation, its gradient taken at the perturbed weights (Eskandar et al., ICLR 2025)")
     Settings = DERppSTARSettings

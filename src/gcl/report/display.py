@@ -1,7 +1,7 @@
-"""How the report shows things: a method's label, paper row, notes and row order (the `report:` block over the
-methods' registered defaults), a benchmark's caption, and how every number prints: accuracies with two
-decimals, ours as mean ± std with ≈ where the paper's number lies within one seed-std, differences signed,
-counts (steps, a buffer's size, experts) as whole numbers."""
+"""How the report shows things: a method's label, paper row, notes and row order (the `report:` block; a method
+it does not name shows its key and sits beside its algorithm's paper row), a benchmark's caption, and how every
+number prints: accuracies with two decimals, ours as mean ± std with ≈ where the paper's number lies within one
+seed-std, differences signed, counts (steps, a buffer's size, experts) as whole numbers."""
 from __future__ import annotations
 
 import pandas as pd
@@ -13,7 +13,7 @@ WITHIN_STD_TEXT = f"{WITHIN_STD} marks our mean where the published number besid
 
 
 class Display:
-    """Labels, paper rows, notes and row order, from report settings over the registered defaults."""
+    """Labels, paper rows, notes and row order, from the report settings."""
 
     def __init__(self, resolved: ResolvedReport):
         self.settings = resolved.settings
@@ -24,22 +24,18 @@ class Display:
 
     def label(self, method: str) -> str:
         spec = self.settings.methods.get(method)
-        registered = self.registered.get(method)
-        return (spec and spec.label) or (registered and registered.label) or method
+        return (spec and spec.label) or method
 
     def algorithm_of(self, method: str) -> str:
         registered = self.registered.get(method)
         return (registered and registered.algorithm) or self.algorithm.get(method, method)
 
     def paper_row(self, method: str) -> tuple[str | None, str]:
-        """(reference table or None for the table at hand, row name in the reference files). A registered
-        paper_row names the method's row in the CoCa paper's tables ('-' for ER-ACE and CLS-ER: none there), so
-        a method that the report block sends to another paper's table (`paper_table:`) is looked up there under
-        its own algorithm's name unless the block names the row."""
+        """(reference table or None for the table at hand, row name in the reference files): the report block's
+        `paper_table` and `paper_row`, the row by default its algorithm's name (a row the file lacks: no number)."""
         spec = self.settings.methods.get(method)
         table = spec.paper_table if spec else None
-        registered = None if table else self.registered.get(method)
-        row = (spec and spec.paper_row) or (registered and registered.paper_row) or self.algorithm_of(method)
+        row = (spec and spec.paper_row) or self.algorithm_of(method)
         return table, row
 
     def notes(self, method: str, benchmark: str) -> list[str]:

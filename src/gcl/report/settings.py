@@ -143,9 +143,9 @@ class MethodDisplay(Settings):
     """How the report shows one named method (a key of `methods:`). Entries for methods without runs are
     ignored, so a profile may describe a method before its runs exist."""
 
-    label: str | None = Field(None, description="the row's name (default: the method's registered label, else its key)")
+    label: str | None = Field(None, description="the row's name (default: the method's key)")
     paper_row: str | None = Field(None, description="the paper's row it sits beside, '-' for none "
-                                                     "(default: registered paper_row, else its algorithm)")
+                                                     "(default: its algorithm's name)")
     paper_table: str | None = Field(None, description="reference table to read that row from, e.g. der_paper "
                                                        "(default: the table at hand)")
     notes: list[Note] = Field([], description="footnotes on this row's paper column")

@@ -31,11 +31,9 @@ class Benchmark:
 
 @dataclass(frozen=True)
 class Registered:
-    """A method's registered display defaults (its class's algorithm, optional label and paper row)."""
+    """A named method's registered algorithm."""
 
     algorithm: str | None = None      # None: the algorithm its runs name
-    label: str | None = None
-    paper_row: str | None = None
 
 
 @dataclass(frozen=True)
@@ -54,7 +52,7 @@ class ResolvedReport:
     def from_json(cls, data: dict) -> ResolvedReport:
         benchmarks = {name: Benchmark(name, b["source"], b.get("kind", ""), bool(b.get("has_tasks")))
                       for name, b in data["benchmarks"].items()}
-        methods = {name: Registered(m.get("algorithm"), m.get("label"), m.get("paper_row"))
+        methods = {name: Registered(m.get("algorithm"))
                    for name, m in (data.get("methods") or {}).items()}
         return cls(list(data["seeds"]), benchmarks, methods, dict(data["runs"]),
                    ReportSettings.model_validate(data.get("report") or {}))

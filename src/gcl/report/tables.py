@@ -2,8 +2,8 @@
 baseline, with the few numbers `dvc exp show` compares).
 
 It knows nothing of one profile: row names, row order, the paper rows each method is compared with, footnotes
-and the tables themselves come from the `report:` block of params.yaml (declared in gcl.report.settings) or
-from the method's registration (its algorithm; optional `label` and `paper_row` class attributes).
+and the tables themselves come from the `report:` block of params.yaml (declared in gcl.report.settings); a
+method's algorithm from its registration.
 """
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from gcl.core.backbones import begin_step
+from gcl.core.buffer import seed_rows
 from gcl.core.errors import UserError
 from gcl.data.stream import Stream
 from gcl.methods.base import Method, TaskData
@@ -91,7 +92,7 @@ class GroupPool:
         else:
             self.images = torch.stack([st.images for st in streams]).to(device)       # (S, pool, ...)
             self.labels = torch.stack([st.labels for st in streams]).to(device)
-            self.rows = torch.arange(len(streams), device=device).unsqueeze(1)
+            self.rows = seed_rows(len(streams), device)
 
     def batch(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The images and labels at pool indices `idx`: (B,) alone, each seed's (S, B) stacked."""
@@ -231,7 +232,7 @@ class StreamLoop:
             x_raw, y = pool.batch(orders[..., bounds[step]:bounds[step + 1]])
             begin_step(method.net, eager=step < EAGER_STEPS)
             with amp():
-                loss = method.observe(self.train_transform(x_raw), y, x_raw)
+                loss = method.step(self.train_transform(x_raw), y, x_raw)
             self.loss_sum += loss
             self.window.append(loss)
             self.loss_steps += 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import random
 from collections.abc import Callable
 
@@ -60,11 +61,12 @@ class SeedSetup:
     amp: Callable[[], contextlib.AbstractContextManager]
     train_transform: Callable[[torch.Tensor], torch.Tensor]
     has_tasks: bool
-    loop: StreamLoop = dataclasses.field(init=False, repr=False)
 
-    def __post_init__(self):
-        self.loop = StreamLoop([self], self.method, self.train_transform, self.has_tasks, self.method.ctx.device,
-                               self.amp)
+    @functools.cached_property
+    def loop(self) -> StreamLoop:
+        """The loop that trains this seed alone (made when first asked: a member of a group never trains alone)."""
+        return StreamLoop([self], self.method, self.train_transform, self.has_tasks, self.method.ctx.device,
+                          self.amp)
 
 
 def setup_seed(bench: BenchmarkData, training: TrainingSettings, run: RunSettings, seed: int, device: torch.device,

@@ -11,7 +11,6 @@ from gcl.core.results import SeedResult
 from gcl.data.benchmarks import BenchmarkData, TrainingSettings
 from gcl.methods.base import RunSettings
 from gcl.training.checkpoint import Checkpoint
-from gcl.training.evaluate import Evaluator  # noqa: F401 (what a test patches to count evaluation passes)
 from gcl.training.loop import DivergenceError, SeedRecord
 from gcl.training.progress import Progress, StreamProgress
 from gcl.training.seed import SeedSetup, setup_seed
