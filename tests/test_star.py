@@ -237,6 +237,33 @@ def test_fewer_correct_samples_than_min_correct_leave_the_step_to_er():
     assert (want_w - er_only_w).abs().max() > 1e-4
 
 
+def test_a_plugins_gradients_reach_only_a_base_that_updates_through_sgd_step():
+    """The hook's contract: Method.step hands extra_gradients to the base's sgd_step; a base whose observe makes its
+    update otherwise would drop them silently, so the step is refused, naming the method."""
+    from gcl.methods.base import Method
+
+    class OwnUpdate(Method):
+        name = "own-update"
+
+        def extra_gradients(self):
+            return [torch.ones_like(p) for p in self.params]
+
+        def observe(self, x, y, x_raw):
+            loss = F.cross_entropy(self.net(x), y)
+            loss.backward()
+            self.apply_gradients()                    # not sgd_step: the extra gradients never join
+            return loss.detach()
+
+    ctx = MethodContext(device=CPU, n_classes=3, train_transform=lambda v: v, generator=torch.Generator())
+    m = OwnUpdate(Linear(), run_settings("er", 10, lr=LR, batch=2, replay_batch=2), ctx)
+    with pytest.raises(TypeError, match="own-update: its update does not take a plug-in's gradients"):
+        m.step(X, Y, X)
+    m = make(lam=0.7)                                 # STAR's through ER's sgd_step: consumed, nothing left over
+    fix_draws(m, [0, 1, 2, 3], [4, 5])
+    observe_at(m)
+    assert m.star_steps == 1 and m._extra_gradients is None
+
+
 def test_the_settings_refuse_what_cannot_run_in_one_line():
     params = {"seeds": [0], "sources": {"synthetic": {}},
               "benchmarks": {"b": {"kind": "mnist-360", "source": "synthetic", "backbone": "mlp"}},
