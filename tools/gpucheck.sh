@@ -10,8 +10,10 @@
 #    a stream of many batch sizes must compile a handful of graphs, not one per size.
 # 3. `python -m gcl.bench grid` with several processes sharing the GPU under NVIDIA's MPS (started if it is
 #    installed): what the paper grid costs on this card.
-# 4. Seeds stacked on the ResNet-18 (grouped convolutions, eager) against the same seeds alone, 5 seeds of ER, DER++,
-#    CoCa and CLS-ER on seq-cifar10's shapes: ms per seed-step of each, what `stack: true` gains on this card.
+# 4. Seeds stacked on the ResNet-18 (grouped convolutions, eager) against the same seeds alone, 5 and 10 seeds of ER,
+#    DER++, CoCa and CLS-ER on seq-cifar10's shapes: ms per seed-step of each, what `stack: true` gains on this card;
+#    beside it as many lone processes sharing the card under MPS (`gcl.bench grid --processes 5` and 10), the other
+#    way to fill it.
 # 5. The dry run of one image cell on the GPU at full width, bf16 and compiled, through `dvc repro`.
 # 6. Optional, where GCL_CIFAR10_FOLDER names a copy of CIFAR-10 as an image folder (a folder, or a .tar.gz / .zip of
 #    one: train/<class>/, test/<class>/): seq-cifar10's ER, DER++ and CoCa at buffer 500 trained on its real images at
@@ -55,8 +57,12 @@ check mnist360-recompiles 900 env TORCH_LOGS=recompiles python -m gcl.dryrun pro
 nvidia-cuda-mps-control -d > /dev/null 2>&1 || true   # the grid's processes share the GPU better under MPS
 check grid-4-processes 900 python -m gcl.bench grid --benchmarks seq-cifar10 --methods er,derpp,coca --processes 4 \
     --device cuda --steps 100
-check stacked-resnet 900 python -m gcl.bench steps --stacked 5 --backbone resnet18 --device cuda --per-class 200 \
-    --methods er,derpp,coca,clser
+for seeds in 5 10; do
+    check "stacked-resnet-$seeds" 900 python -m gcl.bench steps --stacked "$seeds" --backbone resnet18 --device cuda \
+        --per-class 200 --methods er,derpp,coca,clser
+    check "grid-$seeds-processes" 900 python -m gcl.bench grid --benchmarks seq-cifar10 --methods er,derpp,coca \
+        --processes "$seeds" --device cuda --steps 100
+done
 check dryrun-image-cell 900 python -m gcl.dryrun profiles/paper.yaml --runs seq-cifar10-coca-200 --device cuda --bf16 \
     --width 64 --pooled-size 64 --workspace "$out/dry-image" --fresh
 if [ -n "${GCL_CIFAR10_FOLDER:-}" ]; then
