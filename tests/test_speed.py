@@ -10,6 +10,7 @@ import torch
 import yaml
 
 from gcl.bench import steps as steps_module
+from gcl.bench.common import overrides
 from gcl.config import resolve_benchmark
 from gcl.data.benchmarks import build_benchmark
 from gcl.data.random_sources import SOURCE_SHAPES
@@ -63,7 +64,7 @@ def test_a_plug_in_without_a_run_is_timed_at_its_base_methods_run_with_set_overr
     rows = steps.main(args)
     assert {r["method"]: r["run"] for r in rows} == {"er": "b-er", "er-star": "b-er as er-star",
                                                       "derpp-star": "b-derpp as derpp-star"}
-    assert steps.overrides(["lam=0.2", "star_samples=all"]) == {"lam": 0.2, "star_samples": "all"}
+    assert overrides(["lam=0.2", "star_samples=all"]) == {"lam": 0.2, "star_samples": "all"}
     with pytest.raises(ValueError, match="lam"):
         steps.main([*args[:-1], "lam=-1.0"])
 
@@ -95,3 +96,13 @@ def test_the_stacked_table_times_resnet_seeds_stacked_and_alone(steps, capsys):
     assert [r["method"] for r in rows] == ["er"] and rows[0]["run"].startswith("seq-cifar10-er")
     assert rows[0]["seeds"] == 2 and rows[0]["steps"] > 0 and rows[0]["alone_ms"] > 0 and rows[0]["stacked_ms"] > 0
     assert "resnet18 width 2" in capsys.readouterr().out
+
+
+def test_set_reaches_the_stacked_table(steps, capsys):
+    """--set changes the settings both sides of the stacked table train with (ER's separate replay pass here),
+    validated as a run's are."""
+    args = ["--stacked", "2", "--per-class", "60", "--methods", "er", "--threads", "1", "--set", "replay_pass=separate"]
+    rows = steps.main(args)
+    assert [r["method"] for r in rows] == ["er"] and "replay_pass=separate: ms of training" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="replay_pass"):
+        steps.main([*args[:-1], "replay_pass=sideways"])

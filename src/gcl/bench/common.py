@@ -10,14 +10,37 @@ from __future__ import annotations
 import time
 
 import torch
+import yaml
 
 from gcl.data.benchmarks import KINDS, BenchmarkData, DataSettings
+from gcl.methods.base import Method, RunSettings
 from gcl.training.progress import Progress
 
 
 def random_benchmark(data: DataSettings, source: dict) -> BenchmarkData:
     """The benchmark that `data` (a run's resolved data settings) builds from `source`."""
     return KINDS[data.kind].build(source, data)
+
+
+def overrides(pairs: list[str]) -> dict:
+    """--set KEY=VALUE pairs as settings (values read as YAML: 0.1 a float, all a string)."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set {pair!r}: expected KEY=VALUE")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def run_as(run: RunSettings, cls: type[Method], pairs: list[str], method: str | None = None) -> RunSettings:
+    """`run`'s settings as method `cls` takes them (a plug-in at its base's run, named `method`), with the --set
+    `pairs` that `cls` declares over them; `run` itself where neither changes anything."""
+    given = {k: v for k, v in overrides(pairs).items() if k in cls.Settings.model_fields}
+    if cls.name == run.algorithm and not given:
+        return run
+    fields = {k: v for k, v in run.model_dump().items() if k in cls.Run.model_fields}
+    return cls.Run.model_validate({**fields, **given, "algorithm": cls.name, "method": method or run.method})
 
 
 def sync(device: torch.device) -> None:

@@ -40,9 +40,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-import yaml
 
-from gcl.bench.common import random_benchmark, split, sync
+from gcl.bench.common import random_benchmark, run_as, split, sync
 from gcl.bench.whole_seeds import stacked_table, time_cell
 from gcl.config import load_params, resolve_run
 from gcl.core.backbones import build_backbone
@@ -109,17 +108,6 @@ def timed_run(params: dict, preset: Preset, name: str) -> tuple[str | None, str 
     return key, base if key else None
 
 
-def overrides(pairs: list[str]) -> dict:
-    """--set KEY=VALUE pairs as settings (values read as YAML: 0.1 a float, all a string)."""
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--set {pair!r}: expected KEY=VALUE")
-        out[key] = yaml.safe_load(value)
-    return out
-
-
 def synthetic_benchmark(spec, preset: Preset) -> dict:
     """The run's benchmark built from random images of the preset's shape (every setting of the run's own)."""
     return random_benchmark(spec.data, random_source(SOURCE_SHAPES[preset.source], PER_CLASS, 4))
@@ -146,11 +134,7 @@ def method_loop(key: str, params: dict, preset: Preset, args, device: torch.devi
     time that method at this run's settings (a plug-in at its base's run); --set overrides what it declares."""
     spec = resolve_run(params, key)
     run = spec.run
-    cls = METHODS[algorithm or run.algorithm]
-    given = {k: v for k, v in overrides(args.set).items() if k in cls.Settings.model_fields}
-    if algorithm or given:
-        fields = {k: v for k, v in run.model_dump().items() if k in cls.Run.model_fields}
-        run = cls.Run.model_validate({**fields, **given, "algorithm": cls.name, "method": algorithm or run.method})
+    run = run_as(run, METHODS[algorithm or run.algorithm], args.set, algorithm)
     training = spec.benchmark
     if not args.online:     # the flags' precision and layout; --online keeps the profile's, as dvc repro trains it
         training = training.model_copy(update={"bf16": args.bf16, "channels_last": args.channels_last})

@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from gcl.bench.common import random_benchmark
+from gcl.bench.common import random_benchmark, run_as
 from gcl.config import load_params, resolve_run, resolve_runtime
 from gcl.core.devices import resolve_device
 from gcl.core.layout import benchmark_file
@@ -61,23 +61,24 @@ def stacked_table(args) -> list[dict]:
             print(f"[skip] {method}: no {benchmark} run of it in {profile}", file=sys.stderr)
             continue
         spec = resolve_run(params, keys[0][1])
+        run = run_as(spec.run, METHODS[spec.run.algorithm], args.set)
         training = spec.benchmark
         if args.backbone == "resnet18":      # a pass over a short stream; the width as asked; both sides in the
             # default layout, the only one a stacked ResNet takes (a profile's channels_last is timed by --online)
             training = training.model_copy(update={"epochs": 1, "width": args.width, "channels_last": False})
-        if unstackable(training, spec.run):
-            print(f"[skip] {method}: {unstackable(training, spec.run)}", file=sys.stderr)
+        if unstackable(training, run):
+            print(f"[skip] {method}: {unstackable(training, run)}", file=sys.stderr)
             continue
         bench = random_benchmark(spec.data, random_source(SOURCE_SHAPES[source], args.per_class, 4))
-        alone = sum(run_seed(bench, training, spec.run, seed, device).train_seconds for seed in seeds)
-        together = train_stacked(bench, training, spec.run, seeds, device)
+        alone = sum(run_seed(bench, training, run, seed, device).train_seconds for seed in seeds)
+        together = train_stacked(bench, training, run, seeds, device)
         steps = together[0].steps
         stacked = sum(r.train_seconds for r in together.values())
         rows.append({"method": method, "run": keys[0][1], "seeds": len(seeds), "steps": steps,
                      "alone_ms": 1e3 * alone / (steps * len(seeds)), "stacked_ms": 1e3 * stacked / (steps * len(seeds))})
     print(f"{args.benchmark or benchmark} stream of {args.per_class} random images per class, {args.backbone}"
           f"{f' width {args.width}' if args.width else ''}, {device.type}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} thread(s): ms of training per seed-step")
+          f"{torch.get_num_threads()} thread(s){''.join(f', {p}' for p in args.set)}: ms of training per seed-step")
     print(f"{'method':<8}{'seeds':>6}{'steps':>7}{'alone':>9}{'stacked':>9}{'speed-up':>10}  run")
     for r in rows:
         print(f"{r['method']:<8}{r['seeds']:>6}{r['steps']:>7}{r['alone_ms']:>9.3f}{r['stacked_ms']:>9.3f}"
