@@ -190,8 +190,8 @@ def test_a_ci_size_dry_run_of_the_paper_profile_trains_and_reports(tmp_path, cap
     out = capsys.readouterr().out
     assert status == 0, out
     ok = [line for line in out.splitlines() if line.startswith("ok  ")]
-    # 43 runs (clser-working for the comparison; ER-STAR and DER++-STAR on MNIST-360) and the report
-    assert len(ok) == 44 and "ok      report:" in out
+    # 44 runs (clser-working for the comparison; ER-STAR, DER++-STAR and ESMER on MNIST-360) and the report
+    assert len(ok) == 45 and "ok      report:" in out
     assert all("cut: 1 of " in line for line in ok[:-1] if "report:" not in line)
     assert "e_lambda 0 (real 10)" in next(line for line in ok if "seq-cifar10-oewc" in line)
     assert "not proven by this dry run" in out and "spawn on a GPU" in out and "random pixels" in out
