@@ -2,6 +2,7 @@
 of the paper profile (one run per method on each kind of benchmark) trains and reports through `dvc repro`."""
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -217,3 +218,24 @@ def test_a_dry_run_outside_the_project_says_where_to_run_it(tmp_path):
     with pytest.raises(SystemExit, match="holds no dvc.yaml: run from the project's root folder, or name it with --root"):
         dryrun.main([str(PAPER), "--root", str(tmp_path), "--workspace", str(tmp_path / "dry")])
     assert not (tmp_path / "dry").exists()
+
+
+def test_a_train_stage_refused_the_repositorys_lock_is_started_again(tmp_path, monkeypatch):
+    """Runs trained side by side share one workspace; a stage that finds DVC's lock held is retried (a bounded number
+    of times), any other failure is reported at once."""
+    calls = []
+
+    def fake(workspace, *args, log=None):
+        calls.append(args)
+        refused = len(calls) < 3
+        err = "ERROR: Unable to acquire lock." if refused else "error: train: the stage's own error"
+        return subprocess.CompletedProcess(args, 1, "", err)
+
+    monkeypatch.setattr(dryrun, "dvc", fake)
+    monkeypatch.setattr(dryrun.time, "sleep", lambda s: None)
+    result = dryrun.train(tmp_path, "k", {}, "cut")
+    assert len(calls) == 3 and not result["ok"] and "the stage's own error" in result["error"]
+    calls.clear()
+    monkeypatch.setattr(dryrun, "dvc", lambda w, *a, log=None: (calls.append(a),
+                        subprocess.CompletedProcess(a, 1, "", "ERROR: Unable to acquire lock."))[1])
+    assert not dryrun.train(tmp_path, "k", {}, "cut")["ok"] and len(calls) == dryrun.LOCK_ATTEMPTS

@@ -372,10 +372,17 @@ def expected_steps(params: dict, key: str) -> int:
     return steps * (4 if spec.run.algorithm == "coca" else 1)
 
 
+LOCK_ATTEMPTS = 5   # a train stage refused DVC's repository lock (another run's stage held it) is started again
+
+
 def train(workspace: Path, key: str, dry: dict, cuts: str) -> dict:
     """One run's train stage through DVC; its status, steps, seconds and what was cut of it."""
     start = time.perf_counter()
-    done = dvc(workspace, "repro", "--single-item", f"train@{key}", log=workspace / "logs" / f"{key}.log")
+    for attempt in range(LOCK_ATTEMPTS):   # runs side by side share one repository, whose lock DVC waits on briefly
+        done = dvc(workspace, "repro", "--single-item", f"train@{key}", log=workspace / "logs" / f"{key}.log")
+        if done.returncode == 0 or "Unable to acquire lock" not in done.stdout + done.stderr:
+            break
+        time.sleep(1 + attempt)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         return {"key": key, "ok": False, "seconds": seconds, "error": error_of(done), "cuts": cuts}
