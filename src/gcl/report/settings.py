@@ -160,8 +160,10 @@ class TableSpec(Settings):
     paper_table: str = Field(min_length=1, description="the `table` column of reference/*.csv it is compared with")
     benchmarks: list[str] | None = Field(None, description="its benchmarks; written only when all have runs "
                                                            "(default: every benchmark whose runs report the metric)")
-    rows: list[str] | None = Field(None, description="its methods in order; written on a benchmark where two have runs "
-                                                     "(default: every method with runs, in report.order)")
+    rows: list[str] | None = Field(None, description="its methods in order; written on a benchmark where `min_rows` "
+                                                     "have runs (default: every method with runs, in report.order)")
+    min_rows: int = Field(2, ge=2, description="named rows with runs on a benchmark for its section there (e.g. 3 for an "
+                                               "ablation, whose reference row and full method alone compare nothing)")
     exclude: list[str] = Field([], description="methods left out of the default rows")
     buffers: list[int | Literal["none"]] | None = Field(None, description="its buffers (columns), e.g. [1000] for an "
                                                           "ablation run at one memory (default: every buffer its "

@@ -97,8 +97,8 @@ def table_section(spec: TableSpec, resolved: ResolvedReport, summary: pd.DataFra
         rows = table_rows(spec, display, present)
         if not rows:
             continue
-        if spec.rows is not None and len(present & set(spec.rows)) < 2:
-            continue        # named rows (an ablation) with one configuration run compare nothing
+        if spec.rows is not None and len(present & set(spec.rows)) < spec.min_rows:
+            continue        # too few named rows to compare (an ablation with one configuration run)
         table, notes = accuracy_table(spec, summary, paper, display, b)
         on = summary[summary.benchmark == b]
         if mixes_environments(on):
@@ -110,7 +110,7 @@ def table_section(spec: TableSpec, resolved: ResolvedReport, summary: pd.DataFra
     lost = [b for b in below if b not in shown]
     if lost:
         raise ReportError(f"{spec.title!r} has no section on {', '.join(lost)}, where report.ablation's line goes "
-                          "under it: it needs runs of two of its rows there")
+                          f"under it: it needs runs of {spec.min_rows} of its rows there")
     if not sections:
         return ""
     return f"{h} {spec.title}\n\n" + (f"{spec.text}\n\n" if spec.text else "") + "".join(sections)
@@ -124,7 +124,8 @@ def unfilled_line(spec: TableSpec, resolved: ResolvedReport, summary: pd.DataFra
     elif not table_benchmarks(spec, summary, resolved):
         why = f"no benchmark of this profile has {'tasks' if spec.metric == 'task_il' else 'its metric'}"
     else:
-        why = "needs runs of two of its rows on one benchmark" if spec.rows is not None else "none of its methods ran"
+        why = (f"needs runs of {spec.min_rows} of its rows on one benchmark" if spec.rows is not None
+               else "none of its methods ran")
     return f"{spec.title}: {why}" + (f"; {spec.filled_by} fills it" if spec.filled_by else "") + "."
 
 
