@@ -278,3 +278,12 @@ def test_legends_stand_outside_the_curves_and_every_axis_is_explained():
         assert "dashed: a method without a buffer" in fig.texts[0].get_text()       # the line styles, said
         assert [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()][0].startswith("accuracy (%)")
     plt.close("all")
+
+
+@pytest.mark.parametrize("n, shape, shown", [(4, (2, 2), 4), (6, (2, 3), 6), (5, (2, 3), 5), (3, (1, 3), 3), (7, (3, 3), 7)])
+def test_the_visualised_runs_fill_rows_of_at_most_three_as_even_as_can_be(n, shape, shown):
+    import matplotlib.pyplot as plt
+    fig, _, _ = figures._grid(plt, n)
+    assert (len(fig.axes) == shape[0] * shape[1]) and sum(ax.axison for ax in fig.axes) == shown
+    assert fig.axes[0].get_gridspec().get_geometry() == shape
+    plt.close(fig)

@@ -207,8 +207,8 @@ def plot_curves(curves: list[Curve], groups: dict[str, list[str]], display: Disp
 # ---------------------------------------------------------------------------- the visualised runs
 
 def _grid(plt, n: int, width: float = 3.6, height: float = 3.4):
-    ncols = min(3, n)
-    nrows = math.ceil(n / ncols)
+    nrows = math.ceil(n / 3)                 # at most 3 a row, the rows as even as can be (4: 2 x 2)
+    ncols = math.ceil(n / nrows)
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
     flat = [ax for row in axes for ax in row]
     for ax in flat[n:]:
