@@ -244,6 +244,18 @@ def test_paper_numbers_print_with_two_decimals(resolved):
     assert t3["SCL"]["B=500 ours"] == "70.00 ± 0.00"
 
 
+def test_an_ablation_needs_min_rows_of_its_rows_and_says_which_profile_fills_it(resolved):
+    t3 = resolved["report"]["tables"][2]
+    t3.update(min_rows=2, filled_by="profiles/mnist-360.yaml")
+    write_report(resolved, "results", PAPER)              # CKD and CoCa, two of its rows, ran on mnist-360
+    assert table(section(section(tables_md(), "## Table 3: ablation"), "### mnist-360"))["CKD"]
+    t3["min_rows"] = 3
+    write_report(resolved, "results", PAPER)
+    assert "## Table 3: ablation" not in tables_md()
+    assert ("- Table 3: ablation: needs runs of 3 of its rows on one benchmark; profiles/mnist-360.yaml fills it."
+            in tables_md())
+
+
 def test_buffers_sort_numerically(resolved):
     for b in (5120, 1000, 500):
         add(resolved, "seq-cifar10", "er", b, [40.0, 40.0], task_il=80.0)
