@@ -69,3 +69,17 @@ def test_a_seed_saved_with_a_checkouts_library_is_the_seed_saved_here(tmp_path, 
     with pytest.raises(SystemExit, match="no src/gcl there"):
         same_state.main(["save", "seq-er-50", "0", "x.pt", "--code", str(tmp_path)])
     torch.set_num_threads(1)
+
+
+def test_the_state_is_saved_at_the_first_task_end_and_never_on_the_clock(tmp_path):
+    """Two processes reach a clock-timed checkpoint at different steps, so only a task end is a step both stop at:
+    with the clock already past `every_seconds`, no save is due until a task ends, and then the state is written
+    to the path given and the seed stops (_Saved)."""
+    from gcl.training.checkpoint import Checkpoint
+    checkpoint = same_state.first_task_end(Checkpoint)(tmp_path / "seed.pt", "-", 0.0)
+    assert not checkpoint.due(False)
+    assert checkpoint.due(True)
+    assert checkpoint.load(print) is None
+    with pytest.raises(same_state._Saved):
+        checkpoint.save({"loop": {"step": 1000}})
+    assert torch.load(tmp_path / "seed.pt")["loop"]["step"] == 1000

@@ -7,12 +7,13 @@ carrying a finished run from one commit's workspace to another's (`dvc commit -f
     python -m gcl.bench same-state compare old.pt new.pt
 
 `save` trains one seed of a run of params.yaml as its train stage would (same benchmark file, settings, compile mode,
-one thread) up to the first checkpoint the training loop writes (the first task's end, or the first
-`checkpoint_minutes` on a stream without task ends) and saves that checkpoint's state: the method's (network,
+one thread) up to its first task's end, where the training loop writes a checkpoint, and saves that state: the method's (network,
 BatchNorm statistics, buffer, its own attributes), the loop's (step, evaluations, loss sums) and every random state.
 `compare` prints every tensor or value that differs (timings aside) and exits 1 if any does, 0 if none (and says how
 many tensors and numbers it compared). The same state after a task means the same function of the same inputs so far,
-not a proof for the steps after; the closing note says how far it was run.
+not a proof for the steps after; the closing note says how far it was run. The loop's other checkpoints (every
+`checkpoint_minutes`) are not taken: they fall on whatever step the clock reaches, another in each process. A stream
+without task ends (MNIST-360) has no such point, and `save` refuses it.
 
 `--code <checkout>` trains with that checkout's library (its src/gcl, which need not hold this module: an older commit
 may predate it), in a process of its own that runs this file with the checkout's src/ first on PYTHONPATH; without
@@ -33,8 +34,25 @@ class _Saved(Exception):
     """Raised by the checkpoint once it has written the state: the seed stops there."""
 
 
+def first_task_end(checkpoint_class: type) -> type:
+    """A subclass of the library's Checkpoint that saves the state at the first task end, to `path` itself, and stops
+    the seed there (_Saved): never on the clock, never resuming."""
+    class FirstTaskEnd(checkpoint_class):
+        def due(self, task_ended: bool) -> bool:
+            return task_ended
+
+        def load(self, say):
+            return None
+
+        def save(self, state: dict) -> None:
+            torch.save(state, self.path)
+            raise _Saved
+
+    return FirstTaskEnd
+
+
 def save(run_key: str, seed: int, out: Path) -> None:
-    from gcl.config import load_params, resolve_run, resolve_runtime
+    from gcl.config import load_params, resolve_run
     from gcl.core.devices import resolve_device
     from gcl.core.layout import benchmark_file
     from gcl.data.benchmarks import load_benchmark
@@ -43,29 +61,21 @@ def save(run_key: str, seed: int, out: Path) -> None:
     from gcl.training.compilation import compile_mode
     from gcl.training.train import run_seed
 
-    class FirstCheckpoint(Checkpoint):
-        def load(self, say):                  # never resume: the seed starts from its beginning
-            return None
-
-        def save(self, state: dict) -> None:
-            torch.save(state, out)
-            raise _Saved
-
     torch.set_num_threads(1)
     params = load_params()
     spec = resolve_run(params, run_key)
     device = resolve_device(spec.device)
     bench = load_benchmark(str(benchmark_file(spec.run.benchmark)), spec.data)
     compiled = compile_mode(spec.benchmark.compile, device, METHODS[spec.run.algorithm])
-    every = 60.0 * resolve_runtime(params)["checkpoint_minutes"]
     try:
         run_seed(bench, spec.benchmark, spec.run, seed, device, 0, None,
-                 FirstCheckpoint(out.with_suffix(".unused"), "-", every), compiled)
+                 first_task_end(Checkpoint)(out, "-", float("inf")), compiled)
     except _Saved:
         import gcl
-        print(f"saved {out}: {run_key}, seed {seed}, at its first checkpoint (library: {Path(gcl.__file__).parent})")
+        print(f"saved {out}: {run_key}, seed {seed}, at its first task's end (library: {Path(gcl.__file__).parent})")
         return
-    sys.exit(f"error: {run_key} seed {seed} finished without writing a checkpoint: nothing to compare")
+    sys.exit(f"error: {run_key} seed {seed} finished without a task end: its stream has none (a task-free stream such "
+             "as MNIST-360), so there is no step both checkouts stop at; compare the runs' metrics.json instead")
 
 
 def save_with(code: Path, run_key: str, seed: int, out: Path) -> int:
@@ -124,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gcl.bench same-state", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("save", help="train a seed to its first checkpoint and save the state")
+    s = sub.add_parser("save", help="train a seed to its first task's end and save the state")
     s.add_argument("run")
     s.add_argument("seed", type=int)
     s.add_argument("out", type=Path)
