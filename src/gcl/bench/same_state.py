@@ -7,13 +7,15 @@ carrying a finished run from one commit's workspace to another's (`dvc commit -f
     python -m gcl.bench same-state compare old.pt new.pt
 
 `save` trains one seed of a run of params.yaml as its train stage would (same benchmark file, settings, compile mode,
-one thread) up to its first task's end, where the training loop writes a checkpoint, and saves that state: the method's (network,
-BatchNorm statistics, buffer, its own attributes), the loop's (step, evaluations, loss sums) and every random state.
+one thread) up to its first task's end, where the training loop writes a checkpoint, and saves that state: the
+method's (network, BatchNorm statistics, buffer, its own attributes), the loop's (step, evaluations, loss sums) and
+every random state.
 `compare` prints every tensor or value that differs (timings aside) and exits 1 if any does, 0 if none (and says how
 many tensors and numbers it compared). The same state after a task means the same function of the same inputs so far,
 not a proof for the steps after; the closing note says how far it was run. The loop's other checkpoints (every
-`checkpoint_minutes`) are not taken: they fall on whatever step the clock reaches, another in each process. A stream
-without task ends (MNIST-360) has no such point, and `save` refuses it.
+`checkpoint_minutes`) are not taken: they fall on whatever step the clock reaches, another in each process. A run
+without a task-end checkpoint (a task-free stream such as MNIST-360, or an offline method such as JOINT, whose
+checkpoints are not taken at task ends) has no such point, and `save` refuses it.
 
 `--code <checkout>` trains with that checkout's library (its src/gcl, which need not hold this module: an older commit
 may predate it), in a process of its own that runs this file with the checkout's src/ first on PYTHONPATH; without
@@ -74,8 +76,9 @@ def save(run_key: str, seed: int, out: Path) -> None:
         import gcl
         print(f"saved {out}: {run_key}, seed {seed}, at its first task's end (library: {Path(gcl.__file__).parent})")
         return
-    sys.exit(f"error: {run_key} seed {seed} finished without a task end: its stream has none (a task-free stream such "
-             "as MNIST-360), so there is no step both checkouts stop at; compare the runs' metrics.json instead")
+    sys.exit(f"error: {run_key} seed {seed} finished without a task-end checkpoint (a task-free stream such as "
+             "MNIST-360, or an offline method such as JOINT), so there is no step both checkouts stop at; "
+             "compare the runs' metrics.json instead")
 
 
 def save_with(code: Path, run_key: str, seed: int, out: Path) -> int:
